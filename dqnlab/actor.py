@@ -1,0 +1,213 @@
+"""Actors: collect experience with a local numpy copy of the Q-network; never compute gradients.
+
+An :class:`Actor` owns its environments, its RNG stream and its epsilon. :meth:`Actor.try_step`
+is the one code path of both modes: claim ``envs_per_worker`` env steps from the replay (the rate
+limiter may say WAIT), pick epsilon-greedy actions, step the envs, commit the tagged transitions.
+In parallel mode :func:`actor_main` loops over it in its own process; in serial mode the learner's
+process calls it directly.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import traceback
+
+import gymnasium as gym
+import numpy as np
+
+from dqnlab.config import Config
+from dqnlab.networks import NumpyQ, ParamLayout
+from dqnlab.replay import GO, STOP, WAIT, SharedReplay, wait_backoff
+from dqnlab.shared import SharedArena
+from dqnlab.weights import WeightBroadcast
+
+ERROR_BYTES = 16_384
+
+
+class ActorBoard:
+    """Per-worker shared status the learner watches: heartbeat, limiter waits, epsilon, errors."""
+
+    def __init__(self, arena: SharedArena, num_workers: int):
+        self._arena = arena
+        arena.add("actor.heartbeat", num_workers, np.float64)  # time.monotonic() of last sign of life
+        arena.add("actor.wait_s", num_workers, np.float64)  # seconds spent waiting on the limiter
+        arena.add("actor.epsilon", num_workers, np.float64)
+        arena.add("actor.syncs", num_workers, np.int64)  # weight pulls done
+        arena.add("actor.error", (num_workers, ERROR_BYTES), np.uint8)
+
+    def bind(self) -> None:
+        a = self._arena.arrays
+        self.heartbeat = a["actor.heartbeat"]
+        self.wait_s = a["actor.wait_s"]
+        self.epsilon = a["actor.epsilon"]
+        self.syncs = a["actor.syncs"]
+        self._error = a["actor.error"]
+
+    def write_error(self, worker: int, text: str) -> None:
+        data = text.encode("utf-8", "replace")[-(ERROR_BYTES - 1) :]
+        self._error[worker, : len(data)] = np.frombuffer(data, dtype=np.uint8)
+        self._error[worker, len(data)] = 0
+
+    def read_error(self, worker: int) -> str:
+        raw = bytes(self._error[worker])
+        return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+
+
+def epsilon_for(config: Config, worker: int, env_steps: int) -> float:
+    """Exploration rate of ``worker`` when the run has made ``env_steps`` env steps in total."""
+    a = config.agent
+    if a.epsilon_schedule == "ladder":
+        n = config.env.num_workers
+        exponent = 1.0 + (worker / (n - 1) * a.epsilon_alpha if n > 1 else 0.0)
+        return a.epsilon_base**exponent
+    frac = min(1.0, env_steps / a.epsilon_decay_steps)
+    return a.epsilon_start + frac * (a.epsilon_end - a.epsilon_start)
+
+
+class Actor:
+    """One worker: ``envs_per_worker`` envs, epsilon-greedy on a local parameter copy."""
+
+    def __init__(
+        self,
+        worker: int,
+        config: Config,
+        replay: SharedReplay,
+        weights: WeightBroadcast,
+        layout: ParamLayout,
+        board: ActorBoard,
+        health_check=None,
+        step_delay_s: float = 0.0,
+    ):
+        self.worker = worker
+        self.config = config
+        self.replay = replay
+        self.weights = weights
+        self.board = board
+        self.health_check = health_check
+        self.step_delay_s = step_delay_s  # fault/slowness injection for tests and benchmarks
+        self.n = config.env.envs_per_worker
+        self.rng = np.random.default_rng([config.run.seed, worker])
+        self.envs = [gym.make(config.env.env_id) for _ in range(self.n)]
+        seeds = self.rng.integers(0, 2**31 - 1, size=self.n)
+        self.obs = np.stack(
+            [np.asarray(env.reset(seed=int(s))[0], dtype=np.float32).reshape(-1) for env, s in zip(self.envs, seeds)]
+        )
+        self.policy = NumpyQ(layout, len(config.network.hidden_sizes), config.network.layer_norm)
+        self.version = -1
+        self._since_sync = config.run.sync_every  # pull before the first step
+        self._episode = np.arange(self.n, dtype=np.int64)
+        self._next_episode = self.n
+        self._ep_return = np.zeros(self.n)
+        self._ep_length = np.zeros(self.n, dtype=np.int64)
+        self._claimed = False
+        self._num_actions = int(self.envs[0].action_space.n)
+
+    def sync(self) -> None:
+        self.version = self.weights.read_into(self.policy.params)
+        self.board.syncs[self.worker] += 1
+        self._since_sync = 0
+
+    def act(self, obs: np.ndarray, epsilon: float) -> np.ndarray:
+        actions = self.policy.q_values(obs).argmax(axis=1)
+        explore = self.rng.random(self.n) < epsilon
+        if explore.any():
+            actions[explore] = self.rng.integers(0, self._num_actions, size=int(explore.sum()))
+        return actions
+
+    def try_step(self) -> int:
+        """One vector step if the limiter allows: returns GO when stepped, else WAIT or STOP."""
+        self.board.heartbeat[self.worker] = time.monotonic()
+        if not self._claimed:
+            code = self.replay.claim(self.n, self.health_check)
+            if code != GO:
+                return code
+            self._claimed = True
+        if self._since_sync >= self.config.run.sync_every:
+            self.sync()
+        epsilon = epsilon_for(self.config, self.worker, self.replay.env_steps)
+        self.board.epsilon[self.worker] = epsilon
+        obs = self.obs
+        actions = self.act(obs, epsilon)
+        next_obs = np.empty_like(obs)
+        rewards = np.empty(self.n, dtype=np.float32)
+        terminated = np.empty(self.n, dtype=np.bool_)
+        truncated = np.empty(self.n, dtype=np.bool_)
+        finished = []
+        episode = self._episode.copy()
+        new_obs = obs.copy()
+        for i, env in enumerate(self.envs):
+            o, r, term, trunc, _ = env.step(int(actions[i]))
+            next_obs[i] = o
+            rewards[i] = r
+            terminated[i] = term
+            truncated[i] = trunc
+            self._ep_return[i] += r
+            self._ep_length[i] += 1
+            if term or trunc:
+                finished.append((float(self._ep_return[i]), int(self._ep_length[i])))
+                self._ep_return[i] = 0.0
+                self._ep_length[i] = 0
+                self._episode[i] = self._next_episode
+                self._next_episode += 1
+                o, _ = env.reset()
+            new_obs[i] = o
+        if self.step_delay_s:
+            time.sleep(self.step_delay_s)
+        code = self.replay.commit(
+            self.worker, obs, actions, rewards, next_obs, terminated, truncated, episode,
+            self.version, finished, claim_next=self.n, health_check=self.health_check,
+        )  # fmt: skip
+        self.obs = new_obs
+        self._since_sync += self.n
+        self._claimed = code == GO
+        return GO
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+def actor_main(worker: int, config: Config, replay, weights, layout, board: ActorBoard, step_delay_s: float) -> None:
+    """Entry point of an actor process (forked): loop until STOP; on error, post the traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it stops us
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    from dqnlab.threads import set_threads
+
+    set_threads(1)
+    parent = os.getppid()
+
+    def parent_alive() -> None:
+        if os.getppid() != parent:  # orphaned: the learner died without stopping us
+            raise SystemExit(3)
+
+    actor = None
+    exit_code = 0
+    try:
+        actor = Actor(worker, config, replay, weights, layout, board, parent_alive, step_delay_s)
+        attempt = 0
+        while True:
+            code = actor.try_step()
+            if code == GO:
+                attempt = 0
+                continue
+            if code == STOP:
+                break
+            parent_alive()
+            board.heartbeat[worker] = time.monotonic()
+            board.wait_s[worker] += wait_backoff(attempt)
+            attempt += 1
+    except SystemExit as exc:
+        exit_code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        board.write_error(worker, traceback.format_exc())
+        exit_code = 1
+    try:
+        if actor is not None:
+            actor.close()
+    finally:
+        # _exit: a forked child must not run the parent's atexit hooks or flush its buffers.
+        os._exit(exit_code)
+
+__all__ = ["Actor", "ActorBoard", "actor_main", "epsilon_for", "GO", "WAIT", "STOP"]

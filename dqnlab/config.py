@@ -1,0 +1,334 @@
+"""Run configuration: frozen dataclasses, validated in one place.
+
+Four sections (env, network, agent, run) compose one :class:`Config`. Every field name is unique
+across sections, so a config also reads and writes as one flat ``{field: value}`` mapping (the
+command line, MLflow params and sweep grids all use that flat form).
+
+Units are in the names or the comments: ``*_steps`` are env steps summed over all actors,
+``*_updates`` / ``*_every`` on the learner side are gradient updates.
+Invalid values raise :class:`ConfigError` naming the field and the allowed values, before any
+process starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args, get_origin
+
+ResetMode = Literal["none", "head", "full", "shrink_perturb"]
+TargetUpdate = Literal["hard", "polyak"]
+EpsilonSchedule = Literal["linear", "ladder"]
+LimiterMode = Literal["strict", "free"]
+RunMode = Literal["parallel", "serial"]
+Device = Literal["cpu", "cuda"]
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the field and what is allowed."""
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    env_id: str = "CartPole-v1"
+    """Any registered gymnasium id with a Box observation and a Discrete action space."""
+    num_workers: int = 2
+    """Actor processes (>= 1)."""
+    envs_per_worker: int = 1
+    """Environment instances stepped together by one actor (>= 1); each makes one env step."""
+    reward_bound: float | None = None
+    """R_max for soft divergence (max |Q| > R_max / (1 - gamma)); None: max |r| seen in replay."""
+
+    def __post_init__(self) -> None:
+        _check_types(self)
+        _require(bool(self.env_id.strip()), "env_id", "a non-empty gymnasium id", self.env_id)
+        _require(self.num_workers >= 1, "num_workers", "an int >= 1", self.num_workers)
+        _require(self.envs_per_worker >= 1, "envs_per_worker", "an int >= 1", self.envs_per_worker)
+        if self.reward_bound is not None:
+            _require(
+                math.isfinite(self.reward_bound) and self.reward_bound > 0,
+                "reward_bound",
+                "a finite float > 0 or None",
+                self.reward_bound,
+            )
+
+
+@dataclass(frozen=True)
+class NetworkConfig:
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    """Widths of the hidden layers of the Q-network MLP."""
+    layer_norm: bool = False
+    """nn.LayerNorm after each hidden linear layer, before the ReLU."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.hidden_sizes, list):
+            object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
+        _check_types(self)
+        _require(
+            len(self.hidden_sizes) >= 1 and all(h >= 1 for h in self.hidden_sizes),
+            "hidden_sizes",
+            "a non-empty tuple of ints >= 1",
+            self.hidden_sizes,
+        )
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    utd: float = 1.0
+    """Gradient updates per env step, summed over all actors (> 0)."""
+    batch_size: int = 128
+    """Transitions per gradient update."""
+    buffer_capacity: int = 100_000
+    """Replay ring size in transitions."""
+    gamma: float = 0.99
+    """Discount in [0, 1)."""
+    lr: float = 1e-3
+    """Adam learning rate (> 0)."""
+    max_grad_norm: float = 10.0
+    """Global gradient-norm clip (> 0)."""
+    double_dqn: bool = True
+    """Online net picks the next action, target net evaluates it (van Hasselt et al. 2016)."""
+    target_update: TargetUpdate = "hard"
+    """'hard': copy every target_period updates; 'polyak': theta' <- tau*theta + (1-tau)*theta'."""
+    target_period: int = 500
+    """Gradient updates between hard target copies (>= 1)."""
+    tau: float = 0.005
+    """Polyak coefficient in (0, 1], applied after every update when target_update='polyak'."""
+    reset: ResetMode = "none"
+    """Plasticity reset: 'head' (last layer), 'full', or 'shrink_perturb'."""
+    reset_every: int = 20_000
+    """Gradient updates between resets (>= 1)."""
+    shrink_alpha: float = 0.8
+    """shrink_perturb: theta <- alpha*theta + (1-alpha)*theta_fresh, alpha in [0, 1]."""
+    epsilon_schedule: EpsilonSchedule = "linear"
+    """'linear': every worker decays start -> end; 'ladder': Ape-X eps_i = base^(1+i/(N-1)*alpha)."""
+    epsilon_start: float = 1.0
+    epsilon_end: float = 0.05
+    epsilon_decay_steps: int = 10_000
+    """Env steps (global, over all actors) of the linear decay."""
+    epsilon_base: float = 0.4
+    epsilon_alpha: float = 7.0
+
+    def __post_init__(self) -> None:
+        _check_types(self)
+        _require(math.isfinite(self.utd) and self.utd > 0, "utd", "a finite float > 0", self.utd)
+        _require(self.batch_size >= 1, "batch_size", "an int >= 1", self.batch_size)
+        _require(
+            self.buffer_capacity >= self.batch_size,
+            "buffer_capacity",
+            f"an int >= batch_size ({self.batch_size})",
+            self.buffer_capacity,
+        )
+        _require(0.0 <= self.gamma < 1.0, "gamma", "a float in [0, 1)", self.gamma)
+        _require(math.isfinite(self.lr) and self.lr > 0, "lr", "a finite float > 0", self.lr)
+        _require(self.max_grad_norm > 0, "max_grad_norm", "a float > 0", self.max_grad_norm)
+        _require(self.target_period >= 1, "target_period", "an int >= 1", self.target_period)
+        _require(0.0 < self.tau <= 1.0, "tau", "a float in (0, 1]", self.tau)
+        _require(self.reset_every >= 1, "reset_every", "an int >= 1", self.reset_every)
+        _require(0.0 <= self.shrink_alpha <= 1.0, "shrink_alpha", "a float in [0, 1]", self.shrink_alpha)
+        for name in ("epsilon_start", "epsilon_end", "epsilon_base"):
+            _require(0.0 <= getattr(self, name) <= 1.0, name, "a float in [0, 1]", getattr(self, name))
+        _require(
+            self.epsilon_end <= self.epsilon_start,
+            "epsilon_end",
+            f"a float <= epsilon_start ({self.epsilon_start})",
+            self.epsilon_end,
+        )
+        _require(self.epsilon_decay_steps >= 1, "epsilon_decay_steps", "an int >= 1", self.epsilon_decay_steps)
+        _require(self.epsilon_alpha >= 0, "epsilon_alpha", "a float >= 0", self.epsilon_alpha)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    total_env_steps: int = 50_000
+    """Env steps over all actors; a multiple of envs_per_worker."""
+    learning_starts: int = 1_000
+    """Env steps collected before the first update; >= batch_size and < total_env_steps."""
+    sync_every: int = 100
+    """Env steps of one actor between two weight pulls (>= 1)."""
+    limiter: LimiterMode = "strict"
+    """'strict': learner and actors both wait to hold utd; 'free': only the learner is bounded."""
+    limiter_slack: float = 1.0
+    """Updates the learner or the actors may run ahead of utd (>= 0.5, below that both can block)."""
+    log_every: int = 500
+    """Gradient updates between two diagnostics log points (>= 1)."""
+    eval_every_steps: int = 5_000
+    """Env steps between greedy evaluations; 0 disables them."""
+    eval_episodes: int = 5
+    """Greedy episodes per evaluation (>= 1)."""
+    probe_size: int = 256
+    """States in the fixed probe batch used for srank, dormant units and soft divergence."""
+    seed: int = 0
+    mode: RunMode = "parallel"
+    """'parallel': one process per actor; 'serial': actors stepped in the learner's process."""
+    device: Device = "cpu"
+    """Learner device; actors always run on the CPU."""
+    learner_threads: int = 1
+    """torch intra-op threads of the learner (actors use 1)."""
+    publish_every: int = 1
+    """Gradient updates between two weight publications to the actors (>= 1)."""
+    worker_timeout_s: float = 30.0
+    """Seconds without a heartbeat after which an actor counts as hung and the run fails (> 0)."""
+
+    def __post_init__(self) -> None:
+        _check_types(self)
+        _require(self.total_env_steps >= 1, "total_env_steps", "an int >= 1", self.total_env_steps)
+        _require(self.learning_starts >= 0, "learning_starts", "an int >= 0", self.learning_starts)
+        _require(self.sync_every >= 1, "sync_every", "an int >= 1", self.sync_every)
+        _require(self.limiter_slack >= 0.5, "limiter_slack", "a float >= 0.5", self.limiter_slack)
+        _require(self.log_every >= 1, "log_every", "an int >= 1", self.log_every)
+        _require(self.eval_every_steps >= 0, "eval_every_steps", "an int >= 0", self.eval_every_steps)
+        _require(self.eval_episodes >= 1, "eval_episodes", "an int >= 1", self.eval_episodes)
+        _require(self.probe_size >= 2, "probe_size", "an int >= 2", self.probe_size)
+        _require(self.seed >= 0, "seed", "an int >= 0", self.seed)
+        _require(self.learner_threads >= 1, "learner_threads", "an int >= 1", self.learner_threads)
+        _require(self.publish_every >= 1, "publish_every", "an int >= 1", self.publish_every)
+        _require(self.worker_timeout_s > 0, "worker_timeout_s", "a float > 0", self.worker_timeout_s)
+
+
+SECTIONS: dict[str, type] = {
+    "env": EnvConfig,
+    "network": NetworkConfig,
+    "agent": AgentConfig,
+    "run": RunConfig,
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    """One run: the four sections plus the rules that span them."""
+
+    env: EnvConfig = field(default_factory=EnvConfig)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    def __post_init__(self) -> None:
+        a, r, e = self.agent, self.run, self.env
+        _require(
+            r.learning_starts >= a.batch_size,
+            "learning_starts",
+            f"an int >= batch_size ({a.batch_size})",
+            r.learning_starts,
+        )
+        _require(
+            r.learning_starts < r.total_env_steps,
+            "learning_starts",
+            f"an int < total_env_steps ({r.total_env_steps})",
+            r.learning_starts,
+        )
+        _require(
+            r.total_env_steps % e.envs_per_worker == 0,
+            "total_env_steps",
+            f"a multiple of envs_per_worker ({e.envs_per_worker})",
+            r.total_env_steps,
+        )
+        _require(
+            r.probe_size <= r.learning_starts,
+            "probe_size",
+            f"an int <= learning_starts ({r.learning_starts})",
+            r.probe_size,
+        )
+
+    # --- flat form ---------------------------------------------------------------------------
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for section in SECTIONS.values() for f in dataclasses.fields(section)]
+
+    def to_flat(self) -> dict[str, Any]:
+        """``{field: value}`` over all sections (tuples kept as tuples)."""
+        out: dict[str, Any] = {}
+        for name in SECTIONS:
+            out.update(dataclasses.asdict(getattr(self, name)))
+        out["hidden_sizes"] = tuple(out["hidden_sizes"])
+        return out
+
+    @classmethod
+    def from_flat(cls, values: dict[str, Any] | None = None, **overrides: Any) -> Config:
+        """Build from flat field names; unknown names raise, naming the valid ones."""
+        merged = {**(values or {}), **overrides}
+        known = set(cls.field_names())
+        unknown = sorted(set(merged) - known)
+        if unknown:
+            raise ConfigError(f"unknown config field(s) {unknown}; valid fields: {sorted(known)}")
+        kwargs = {}
+        for name, section in SECTIONS.items():
+            names = {f.name for f in dataclasses.fields(section)}
+            kwargs[name] = section(**{k: v for k, v in merged.items() if k in names})
+        return cls(**kwargs)
+
+    def replace(self, **overrides: Any) -> Config:
+        return Config.from_flat(self.to_flat(), **overrides)
+
+
+def field_docs() -> dict[str, str]:
+    """Field name -> the docstring written under it (for --help texts)."""
+    import ast
+    import inspect
+
+    docs: dict[str, str] = {}
+    for section in SECTIONS.values():
+        body = ast.parse(inspect.getsource(section)).body[0].body  # type: ignore[attr-defined]
+        for node, nxt in zip(body, body[1:]):
+            if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr):
+                if isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str):
+                    docs[node.target.id] = nxt.value.value  # type: ignore[attr-defined]
+    return docs
+
+
+def field_types() -> dict[str, Any]:
+    """Field name -> resolved annotation (e.g. ``Literal['strict', 'free']``)."""
+    out: dict[str, Any] = {}
+    for section in SECTIONS.values():
+        out.update(typing.get_type_hints(section))
+    return out
+
+
+# --- validation helpers ----------------------------------------------------------------------
+def _require(ok: bool, name: str, allowed: str, value: Any) -> None:
+    if not ok:
+        raise ConfigError(f"{name}: got {value!r}; allowed: {allowed}")
+
+
+def _describe(tp: Any) -> str:
+    if get_origin(tp) is Literal:
+        return "one of " + ", ".join(repr(a) for a in get_args(tp))
+    if get_origin(tp) in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a) for a in get_args(tp))
+    if get_origin(tp) is tuple:
+        return "a tuple of ints"
+    return "None" if tp is type(None) else f"a {tp.__name__}"
+
+
+def _matches(value: Any, tp: Any) -> bool:
+    origin = get_origin(tp)
+    if origin is Literal:
+        return value in get_args(tp) and isinstance(value, str)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, a) for a in get_args(tp))
+    if origin is tuple:
+        return isinstance(value, tuple) and all(_matches(v, int) for v in value)
+    if tp is type(None):
+        return value is None
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, tp)
+
+
+def _check_types(obj: Any) -> None:
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        tp = hints[f.name]
+        if not _matches(value, tp):
+            raise ConfigError(f"{f.name}: got {value!r} ({type(value).__name__}); allowed: {_describe(tp)}")
+        if tp is float or (get_origin(tp) in (typing.Union, types.UnionType) and float in get_args(tp)):
+            if isinstance(value, int) and not isinstance(value, bool):
+                object.__setattr__(obj, f.name, float(value))
