@@ -210,4 +210,5 @@ def actor_main(worker: int, config: Config, replay, weights, layout, board: Acto
         # _exit: a forked child must not run the parent's atexit hooks or flush its buffers.
         os._exit(exit_code)
 
+
 __all__ = ["Actor", "ActorBoard", "actor_main", "epsilon_for", "GO", "WAIT", "STOP"]

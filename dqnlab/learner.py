@@ -126,10 +126,10 @@ class Learner:
         stats["td_loss_last"] = float(loss.detach())
         return stats
 
-    def pop_mean_loss(self) -> float:
-        """Mean TD (Huber) loss over the updates since the previous call; NaN if none."""
+    def pop_mean_loss(self) -> float | None:
+        """Mean TD (Huber) loss over the updates since the previous call; None if there were none."""
         if self._loss_count == 0:
-            return float("nan")
+            return None
         mean = float(self._loss_sum) / self._loss_count
         self._loss_sum.zero_()
         self._loss_count = 0

@@ -25,9 +25,7 @@ class QNetwork(nn.Module):
         self.layer_norm = layer_norm
         sizes = (obs_dim, *hidden_sizes)
         self.hidden = nn.ModuleList(nn.Linear(i, o) for i, o in zip(sizes[:-1], sizes[1:]))
-        self.norms = nn.ModuleList(
-            nn.LayerNorm(o, eps=LN_EPS) if layer_norm else nn.Identity() for o in hidden_sizes
-        )
+        self.norms = nn.ModuleList(nn.LayerNorm(o, eps=LN_EPS) if layer_norm else nn.Identity() for o in hidden_sizes)
         self.head = nn.Linear(sizes[-1], num_actions)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -66,10 +64,7 @@ class ParamLayout:
         return cls(tuple(names), tuple(shapes), tuple(offsets), pos)
 
     def views(self, flat: np.ndarray) -> dict[str, np.ndarray]:
-        return {
-            n: flat[o : o + int(np.prod(s))].reshape(s)
-            for n, s, o in zip(self.names, self.shapes, self.offsets)
-        }
+        return {n: flat[o : o + int(np.prod(s))].reshape(s) for n, s, o in zip(self.names, self.shapes, self.offsets)}
 
 
 def flatten_into(net: nn.Module, out: np.ndarray) -> None:

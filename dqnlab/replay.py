@@ -13,10 +13,9 @@ lands in slot ``seq % capacity``; ``produced[w]`` counts worker ``w``'s committe
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
 
 import numpy as np
 
@@ -39,6 +38,7 @@ class Batch:
     worker: np.ndarray
     version: np.ndarray
     seq: np.ndarray
+    insert_updates: np.ndarray
 
 
 class SharedReplay:
@@ -73,6 +73,7 @@ class SharedReplay:
             ("episode", c, np.int64),
             ("version", c, np.int64),
             ("seq", c, np.int64),
+            ("insert_updates", c, np.int64),  # learner updates when the transition was committed
             ("counters", 4, np.int64),  # claimed, inserted, updates, stop
             ("produced", w, np.int64),
             ("resident", w, np.int64),
@@ -148,7 +149,7 @@ class SharedReplay:
         claimed = int(self._counters[0])
         if self._counters[3] or claimed >= self.total_env_steps:
             return STOP
-        if not self.limiter.actor_may_claim(claimed + n, int(self._counters[2])):
+        if not self.limiter.actor_may_claim(claimed, int(self._counters[2])):
             return WAIT
         self._counters[0] = claimed + n
         return GO
@@ -194,6 +195,7 @@ class SharedReplay:
             a["episode"][slots] = episode
             a["version"][slots] = version
             a["seq"][slots] = seq
+            a["insert_updates"][slots] = self._counters[2]
             a["resident"][worker] += n
             a["produced"][worker] += n
             self._counters[1] = start + n
@@ -225,6 +227,7 @@ class SharedReplay:
                 worker=a["worker"][idx],
                 version=a["version"][idx],
                 seq=a["seq"][idx],
+                insert_updates=a["insert_updates"][idx],
             )
         self.sampled += np.bincount(batch.worker, minlength=self.num_workers)
         return batch
@@ -245,8 +248,14 @@ class SharedReplay:
             out = []
             for i in range(first, count):
                 k = i % EPISODE_LOG_CAPACITY
-                out.append((int(a["ep_worker"][k]), float(a["ep_return"][k]), int(a["ep_length"][k]),
-                            int(a["ep_env_steps"][k])))
+                out.append(
+                    (
+                        int(a["ep_worker"][k]),
+                        float(a["ep_return"][k]),
+                        int(a["ep_length"][k]),
+                        int(a["ep_env_steps"][k]),
+                    )
+                )
         self._episodes_read = count
         return out
 

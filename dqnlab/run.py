@@ -14,8 +14,9 @@ import multiprocessing as mp
 import signal
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -143,6 +144,7 @@ class _Engine:
         self._lag_sum = 0.0
         self._lag_n = 0
         self._lag_max = 0
+        self._stale_sum = 0.0
         self._learner_wait_s = 0.0
         self._episodes: list[tuple[int, float, int, int]] = []
         self._eval_pending: dict[str, float] = {}
@@ -261,6 +263,7 @@ class _Engine:
                 self._lag_sum += float(lag.sum())
                 self._lag_n += len(lag)
                 self._lag_max = max(self._lag_max, int(lag.max()))
+                self._stale_sum += float((batch.insert_updates - batch.version).sum())
                 log_now = (updates + 1) % r.log_every == 0
                 stats = learner.update(batch, want_stats=log_now)
                 replay.set_updates(learner.updates)
@@ -323,14 +326,15 @@ class _Engine:
         if self._lag_n:
             m["policy_lag_mean"] = self._lag_sum / self._lag_n
             m["policy_lag_max"] = float(self._lag_max)
-        self._lag_sum, self._lag_n, self._lag_max = 0.0, 0, 0
+            m["actor_staleness_mean"] = self._stale_sum / self._lag_n
+        self._lag_sum, self._lag_n, self._lag_max, self._stale_sum = 0.0, 0, 0, 0.0
         produced, resident, sampled = replay.produced(), replay.resident(), replay.sampled
         for w in range(c.env.num_workers):
             m[f"worker{w}_produced_share"] = produced[w] / max(produced.sum(), 1)
             m[f"worker{w}_resident_share"] = resident[w] / max(resident.sum(), 1)
             m[f"worker{w}_sampled_share"] = sampled[w] / max(sampled.sum(), 1)
         loss = learner.pop_mean_loss()
-        if not math.isnan(loss) or hard_loss_nan(learner):
+        if loss is not None:
             m["td_loss"] = loss
         if stats:
             m.update(stats)
@@ -377,11 +381,6 @@ class _Engine:
         for record in self.history:
             final.update(record)
         return RunResult(status, self.config, list(self.history), final, error, time.monotonic() - self.t0)
-
-
-def hard_loss_nan(learner: Learner) -> bool:
-    """True when the window had updates (so a NaN mean loss is a real NaN, not an empty window)."""
-    return learner.updates > 0 and not math.isfinite(learner.param_norm())
 
 
 def _install_sigterm():

@@ -1,0 +1,71 @@
+"""Single writer, lock-free readers: a torn snapshot is never accepted."""
+
+import multiprocessing as mp
+import time
+
+import numpy as np
+
+from dqnlab.shared import SharedArena
+from dqnlab.weights import WeightBroadcast
+
+N_PARAMS = 100_000  # large enough that a copy takes tens of microseconds and can be torn
+
+
+def _writer(weights: WeightBroadcast, stop, duration_s: float) -> None:
+    buf = np.empty(N_PARAMS, dtype=np.float32)
+    version = 0
+    end = time.monotonic() + duration_s
+    while time.monotonic() < end:
+        version += 1
+        buf.fill(version)  # checksum: every element equals the version
+        weights.publish(buf, version)
+    stop.value = 1
+
+
+def _reader(weights: WeightBroadcast, stop, results, slot: int, raw_view: np.ndarray) -> None:
+    out = np.empty(N_PARAMS, dtype=np.float32)
+    last, reads, bad, raw_torn, monotone = -1, 0, 0, 0, True
+    while not stop.value:
+        version = weights.read_into(out)
+        reads += 1
+        if not (out[0] == version and out[-1] == version and (out == version).all()):
+            bad += 1
+        monotone &= version >= last
+        last = version
+        raw = raw_view.copy()  # the same copy without the protocol, to show the stress can tear
+        raw_torn += int(raw[0] != raw[-1])
+    results[slot] = (reads, bad, raw_torn, int(monotone))
+
+
+def test_readers_never_accept_a_torn_snapshot_and_see_monotone_versions(leak_guard):
+    arena = SharedArena()
+    weights = WeightBroadcast(arena, N_PARAMS)
+    arena.add("results", (2, 4), np.int64)
+    arrays = arena.allocate()
+    ctx = mp.get_context("fork")
+    stop = ctx.Value("i", 0)
+    procs = [ctx.Process(target=_writer, args=(weights, stop, 1.5))]
+    procs += [
+        ctx.Process(target=_reader, args=(weights, stop, arrays["results"], i, arrays["weights.params"]))
+        for i in range(2)
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(30)
+    assert all(p.exitcode == 0 for p in procs)
+    reads, bad, raw_torn, monotone = arrays["results"].sum(axis=0)
+    assert reads > 100
+    assert bad == 0, f"{bad} torn snapshots accepted"
+    assert monotone == 2
+    print(f"reads={reads} unprotected torn copies={raw_torn}")
+
+
+def test_version_is_published_with_the_parameters():
+    arena = SharedArena()
+    weights = WeightBroadcast(arena, 3)
+    arena.allocate()
+    weights.publish(np.array([1, 2, 3], dtype=np.float32), version=7)
+    out = np.zeros(3, dtype=np.float32)
+    assert weights.read_into(out) == 7
+    np.testing.assert_array_equal(out, [1, 2, 3])
