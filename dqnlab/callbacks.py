@@ -39,12 +39,12 @@ class CallbackList:
 class ConsoleProgress:
     """One self-overwriting progress line on a terminal (plain lines otherwise) and a summary."""
 
-    def __init__(self, stream: TextIO = sys.stderr, min_interval_s: float = 0.5):
-        self.stream = stream
+    def __init__(self, stream: TextIO | None = None, min_interval_s: float = 0.5):
+        self.stream = stream if stream is not None else sys.stderr
         self.min_interval_s = min_interval_s
         self._last = 0.0
         self._metrics: dict[str, float] = {}
-        self._tty = stream.isatty()
+        self._tty = self.stream.isatty()
 
     def on_log(self, metrics: dict[str, float]) -> None:
         self._metrics = {**self._metrics, **metrics}  # keep the last eval between evaluations

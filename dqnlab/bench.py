@@ -1,0 +1,198 @@
+"""Benchmark: bare limits and dqnlab's figures side by side in one run (prints; not a test).
+
+``python -m dqnlab.bench [--quick]`` on CartPole-v1 with the default network and batch:
+
+- bare limits: env alone, env + torch policy (batch 1), env + numpy policy, a bare torch DQN
+  update loop (same maths: double DQN, Huber, clipping; default Adam; numpy ring sampling);
+- dqnlab: one actor unthrottled (claim, act, step, commit), the learner inside the engine (utd 16,
+  one worker, every diagnostic on), and end-to-end env steps/s at utd 0.25, 1, 4 with 1 and 2 workers.
+
+Each figure is the median of ``--repeats`` measurements; ratios are taken against the matching
+bare limit measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from dqnlab.actor import Actor, ActorBoard
+from dqnlab.config import Config
+from dqnlab.learner import td_target
+from dqnlab.limiter import RateLimiter
+from dqnlab.networks import NumpyQ, ParamLayout, QNetwork, flatten_into
+from dqnlab.replay import SharedReplay
+from dqnlab.run import train
+from dqnlab.shared import SharedArena
+from dqnlab.threads import set_threads
+from dqnlab.weights import WeightBroadcast
+
+ENV_ID = "CartPole-v1"
+
+
+def _median_rate(fn, repeats: int) -> float:
+    return statistics.median(fn() for _ in range(repeats))
+
+
+def env_alone(steps: int) -> float:
+    env = gym.make(ENV_ID)
+    env.reset(seed=0)
+    actions = np.random.default_rng(0).integers(0, 2, steps)
+    t = time.perf_counter()
+    for a in actions:
+        _, _, term, trunc, _ = env.step(int(a))
+        if term or trunc:
+            env.reset()
+    return steps / (time.perf_counter() - t)
+
+
+def env_policy(steps: int, use_torch: bool) -> float:
+    config = Config()
+    env = gym.make(ENV_ID)
+    obs, _ = env.reset(seed=0)
+    net = QNetwork(4, 2, config.network.hidden_sizes, config.network.layer_norm)
+    twin = NumpyQ(ParamLayout.of(net), len(config.network.hidden_sizes), config.network.layer_norm)
+    flatten_into(net, twin.params)
+    t = time.perf_counter()
+    for _ in range(steps):
+        x = np.asarray(obs, dtype=np.float32).reshape(1, -1)
+        if use_torch:
+            with torch.no_grad():
+                a = int(net(torch.from_numpy(x)).argmax())
+        else:
+            a = int(twin.q_values(x).argmax())
+        obs, _, term, trunc, _ = env.step(a)
+        if term or trunc:
+            obs, _ = env.reset()
+    return steps / (time.perf_counter() - t)
+
+
+def bare_update_loop(updates: int) -> float:
+    """What a user writes first: the same DQN maths, default Adam, numpy buffer."""
+    config = Config()
+    a = config.agent
+    n = 50_000
+    rng = np.random.default_rng(0)
+    obs = rng.standard_normal((n, 4)).astype(np.float32)
+    next_obs = rng.standard_normal((n, 4)).astype(np.float32)
+    actions = rng.integers(0, 2, n)
+    rewards = np.ones(n, np.float32)
+    terminated = rng.random(n) < 0.02
+    net = QNetwork(4, 2, config.network.hidden_sizes, False)
+    target = QNetwork(4, 2, config.network.hidden_sizes, False)
+    opt = torch.optim.Adam(net.parameters(), lr=a.lr)
+
+    def step():
+        i = rng.integers(0, n, a.batch_size)
+        o, no = torch.from_numpy(obs[i]), torch.from_numpy(next_obs[i])
+        act, r, d = torch.from_numpy(actions[i]), torch.from_numpy(rewards[i]), torch.from_numpy(terminated[i])
+        with torch.no_grad():
+            y = td_target(r, d, target(no), a.gamma, net(no))
+        q = net(o).gather(1, act.unsqueeze(1)).squeeze(1)
+        loss = F.smooth_l1_loss(q, y)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), a.max_grad_norm)
+        opt.step()
+
+    for _ in range(50):
+        step()
+    t = time.perf_counter()
+    for _ in range(updates):
+        step()
+    return updates / (time.perf_counter() - t)
+
+
+def actor_unthrottled(steps: int) -> float:
+    """One dqnlab actor in this process, limiter free, no learner: its env steps/s."""
+    config = Config.from_flat(num_workers=1, total_env_steps=10**9, limiter="free")
+    net = QNetwork(4, 2, config.network.hidden_sizes, False)
+    layout = ParamLayout.of(net)
+    arena = SharedArena()
+    import multiprocessing as mp
+
+    limiter = RateLimiter(1.0, config.run.learning_starts, 1.0, strict=False)
+    replay = SharedReplay(arena, mp.get_context("fork").Lock(), config.agent.buffer_capacity, 4, 1, limiter, 10**9)
+    weights = WeightBroadcast(arena, layout.size)
+    board = ActorBoard(arena, 1)
+    arena.allocate()
+    replay.bind()
+    board.bind()
+    flat = np.zeros(layout.size, np.float32)
+    flatten_into(net, flat)
+    weights.publish(flat, 0)
+    actor = Actor(0, config, replay, weights, layout, board)
+    for _ in range(200):
+        actor.try_step()
+    t = time.perf_counter()
+    for _ in range(steps):
+        actor.try_step()
+    rate = steps / (time.perf_counter() - t)
+    actor.close()
+    return rate
+
+
+def engine_run(utd: float, workers: int, total: int, **overrides) -> dict[str, float]:
+    config = Config.from_flat(
+        num_workers=workers, utd=utd, total_env_steps=total, learning_starts=1000, eval_every_steps=0, **overrides
+    )
+    result = train(config)
+    windows = [m for m in result.history[1:] if m["env_steps"] > 1000 + workers * 100]
+    pick = windows or result.history
+    return {
+        "env_steps_per_s": statistics.median(m["env_steps_per_s"] for m in pick),
+        "updates_per_s": statistics.median(m["updates_per_s"] for m in pick),
+        "utd_realised": result.final["utd_realised"],
+        "policy_lag_mean": result.final.get("policy_lag_mean", float("nan")),
+        "actor_staleness_mean": result.final.get("actor_staleness_mean", float("nan")),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dqnlab.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller budgets (about a minute)")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    set_threads(1)
+    scale = 0.25 if args.quick else 1.0
+    r = args.repeats
+    s = int(40_000 * scale)
+    rows = []
+    env = _median_rate(lambda: env_alone(s), r)
+    env_torch = _median_rate(lambda: env_policy(s // 4, True), r)
+    env_numpy = _median_rate(lambda: env_policy(s, False), r)
+    bare = _median_rate(lambda: bare_update_loop(int(2000 * scale)), r)
+    actor = _median_rate(lambda: actor_unthrottled(s), r)
+    rows += [
+        ("bare: env alone", env, "env steps/s", ""),
+        ("bare: env + torch policy (batch 1)", env_torch, "env steps/s", ""),
+        ("bare: env + numpy policy", env_numpy, "env steps/s", ""),
+        ("bare: torch DQN update loop", bare, "updates/s", ""),
+        ("dqnlab: actor unthrottled (1 process)", actor, "env steps/s", f"{actor / env_numpy:.2f}x env+numpy"),
+    ]
+    learner = engine_run(16.0, 1, 1000 + int(1200 * scale))
+    rows.append(("dqnlab: learner in engine (utd 16, 1 worker)", learner["updates_per_s"], "updates/s",
+                 f"{learner['updates_per_s'] / bare:.2f}x bare loop"))  # fmt: skip
+    for utd in (0.25, 1.0, 4.0):
+        for workers in (1, 2):
+            total = 1000 + int(scale * {0.25: 40_000, 1.0: 12_000, 4.0: 4_000}[utd])
+            m = engine_run(utd, workers, total)
+            limit = min(actor * workers, bare / utd)
+            rows.append((f"dqnlab: end-to-end utd {utd:g}, {workers} worker(s)", m["env_steps_per_s"], "env steps/s",
+                         f"{m['env_steps_per_s'] / limit:.2f}x min(actors, bare/utd); "
+                         f"utd {m['utd_realised']:.4f}, staleness {m['actor_staleness_mean']:.1f} upd"))  # fmt: skip
+    width = max(len(name) for name, *_ in rows)
+    print(f"{'measurement':<{width}}  {'median':>10}  unit         ratio")
+    for name, value, unit, ratio in rows:
+        print(f"{name:<{width}}  {value:>10.0f}  {unit:<11}  {ratio}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
