@@ -132,13 +132,19 @@ class SharedReplay:
         return float(np.abs(self._a["rewards"][:n]).max()) if n else 0.0
 
     # --- locking -------------------------------------------------------------------------------
-    @contextmanager
-    def _locked(self, health_check: Callable[[], None] | None) -> Iterator[None]:
+    def _acquire_slow(self, health_check: Callable[[], None] | None) -> None:
         # A holder killed inside the critical section would leave the lock taken forever; waiting
         # in slices lets the caller notice a dead peer (and fail) instead of hanging.
-        while not self._lock.acquire(timeout=LOCK_POLL_S):
+        while True:
             if health_check is not None:
                 health_check()
+            if self._lock.acquire(timeout=LOCK_POLL_S):
+                return
+
+    @contextmanager
+    def _locked(self, health_check: Callable[[], None] | None) -> Iterator[None]:
+        if not self._lock.acquire(timeout=LOCK_POLL_S):
+            self._acquire_slow(health_check)
         try:
             yield
         finally:
@@ -178,12 +184,18 @@ class SharedReplay:
         ``(return, length)``, and try to claim the next ``claim_next`` steps (returns its code)."""
         n = len(actions)
         a = self._a
-        with self._locked(health_check):
+        if not self._lock.acquire(timeout=LOCK_POLL_S):  # fast path first; the slow path polls health
+            self._acquire_slow(health_check)
+        try:
             start = int(self._counters[1])
-            seq = np.arange(start, start + n, dtype=np.int64)
-            slots = seq % self.capacity
-            if start + n > self.capacity:  # overwriting: the old owners lose residents
-                old = slots[seq >= self.capacity]
+            slot = start % self.capacity
+            if slot + n <= self.capacity:
+                slots = slice(slot, slot + n)  # contiguous: plain slice writes, the common case
+            else:
+                slots = np.arange(start, start + n) % self.capacity
+            first_old = max(0, self.capacity - start)  # batch positions j >= this overwrite a slot
+            if first_old < n:  # the overwritten transitions' workers lose residents
+                old = np.arange(slot, slot + n)[first_old:] % self.capacity
                 np.subtract.at(a["resident"], a["worker"][old].astype(np.int64), 1)
             a["obs"][slots] = obs
             a["next_obs"][slots] = next_obs
@@ -194,7 +206,7 @@ class SharedReplay:
             a["worker"][slots] = worker
             a["episode"][slots] = episode
             a["version"][slots] = version
-            a["seq"][slots] = seq
+            a["seq"][slots] = np.arange(start, start + n)
             a["insert_updates"][slots] = self._counters[2]
             a["resident"][worker] += n
             a["produced"][worker] += n
@@ -207,6 +219,8 @@ class SharedReplay:
                 a["ep_env_steps"][k] = start + n
                 a["ep_count"][0] += 1
             return self._claim_locked(claim_next) if claim_next else GO
+        finally:
+            self._lock.release()
 
     # --- learner side --------------------------------------------------------------------------
     def sample(
