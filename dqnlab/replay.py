@@ -223,9 +223,7 @@ class SharedReplay:
             self._lock.release()
 
     # --- learner side --------------------------------------------------------------------------
-    def sample(
-        self, rng: np.random.Generator, batch_size: int, health_check: Callable[[], None] | None = None
-    ) -> Batch:
+    def sample(self, rng: np.random.Generator, batch_size: int, health_check: Callable[[], None] | None = None) -> Batch:
         """Uniform sample (with replacement) over the resident transitions; counts per-worker draws."""
         a = self._a
         with self._locked(health_check):

@@ -46,8 +46,7 @@ def test_readers_never_accept_a_torn_snapshot_and_see_monotone_versions(leak_gua
     stop = ctx.Value("i", 0)
     procs = [ctx.Process(target=_writer, args=(weights, stop, 1.5))]
     procs += [
-        ctx.Process(target=_reader, args=(weights, stop, arrays["results"], i, arrays["weights.params"]))
-        for i in range(2)
+        ctx.Process(target=_reader, args=(weights, stop, arrays["results"], i, arrays["weights.params"])) for i in range(2)
     ]
     for p in procs:
         p.start()

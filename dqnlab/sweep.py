@@ -1,0 +1,522 @@
+"""Sweep machinery shared by every file in ``sweeps/``: grid -> Optuna study -> one trial = one
+engine run -> objective value + one MLflow child run.
+
+Claiming grid points. Every grid point is enqueued once as a WAITING trial tagged with its key
+(``user_attrs['grid_point']``); ``study.ask()`` pops WAITING trials atomically in Optuna's RDB
+storage, so concurrent processes (``--jobs N`` or other machines) each get distinct points. The
+study's sampler is Optuna's GridSampler over the same space, but a trial that does not come from
+the queue is pruned at once (the grid is exhausted): GridSampler alone may hand one point to two
+workers. A trial whose point another trial already completed (or is running with a lower number)
+is pruned as a duplicate, so no point is ever completed twice.
+
+Resuming. Trials of a dead process stop beating; ``fail_stale_trials`` (heartbeat + grace period)
+fails them and ``RetryFailedTrialCallback`` re-enqueues their point; every invocation also
+re-enqueues points with no COMPLETE, WAITING or RUNNING trial (e.g. a crashed run). A rerun of a
+finished study adds nothing.
+
+Objective (maximised): ``eval`` = mean greedy eval return over the last quarter of the run's
+evaluations (at least one; the engine always evaluates at the end); ``throughput`` = env steps/s
+over the whole run. A diverged run is a COMPLETE trial with ``status='diverged'``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import multiprocessing as mp
+import os
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dqnlab.config import Config, ConfigError, field_types
+
+OBJECTIVES = ("eval", "throughput")
+
+
+class SweepError(ValueError):
+    """A sweep argument is invalid; raised before anything is written."""
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """What one study runs: ``base`` config fields for every trial and the ``grid`` axes."""
+
+    sweep: str  # MLflow experiment name (one per sweep file)
+    study_name: str  # Optuna study and MLflow parent run
+    base: dict[str, Any]
+    grid: dict[str, list[Any]]
+    objective: str = "eval"
+
+    def points(self) -> list[dict[str, Any]]:
+        axes = list(self.grid)
+        return [dict(zip(axes, combo)) for combo in itertools.product(*(self.grid[a] for a in axes))]
+
+    def config_for(self, point: dict[str, Any]) -> Config:
+        return Config.from_flat({**self.base, **point})
+
+
+@dataclass
+class SweepLocations:
+    results: Path
+    storage: str
+    tracking_uri: str
+    artifacts: Path | None
+
+
+# --- validation ------------------------------------------------------------------------------
+def validate_spec(spec: SweepSpec) -> None:
+    """Unknown or empty axes, bad values, unknown env ids: SweepError/ConfigError, nothing written."""
+    known = set(Config.field_names())
+    for axis, values in spec.grid.items():
+        if axis not in known:
+            raise SweepError(f"unknown sweep axis {axis!r}; allowed: {sorted(known)}")
+        if not values:
+            raise SweepError(f"sweep axis {axis!r} is empty; give at least one value")
+    unknown = sorted(set(spec.base) - known)
+    if unknown:
+        raise SweepError(f"unknown config field(s) {unknown}; allowed: {sorted(known)}")
+    if spec.objective not in OBJECTIVES:
+        raise SweepError(f"objective: got {spec.objective!r}; allowed: {OBJECTIVES}")
+    from dqnlab.run import inspect_env
+
+    env_ids = set()
+    for point in spec.points():
+        env_ids.add(spec.config_for(point).env.env_id)  # raises ConfigError naming the field
+    for env_id in env_ids:
+        inspect_env(env_id)
+
+
+def validate_storage_url(url: str) -> None:
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise SweepError(f"--storage: {url!r} is not an SQLAlchemy URL ({exc}); e.g. sqlite:///results/optuna.db "
+                         "or postgresql+psycopg2://user@host/db") from None  # fmt: skip
+    if parsed.drivername.startswith("sqlite") and parsed.database and parsed.database != ":memory:":
+        parent = Path(parsed.database).expanduser().resolve().parent
+        if parent.exists() and not os.access(parent, os.W_OK):
+            raise SweepError(f"--storage: folder {parent} is not writable")
+
+
+TRACKING_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
+
+
+def validate_tracking_uri(uri: str) -> None:
+    scheme = uri.split(":", 1)[0].split("+", 1)[0] if ":" in uri else ""
+    if scheme not in TRACKING_SCHEMES:
+        raise SweepError(
+            f"--tracking-uri: got {uri!r}; allowed: a database URI (sqlite:////abs/path/mlflow.db, "
+            "postgresql://...) or a tracking server (http://host:port). The file store is refused by MLflow."
+        )
+
+
+def locations(results: str | Path, storage: str | None, tracking_uri: str | None) -> SweepLocations:
+    root = Path(results).expanduser().resolve()
+    loc = SweepLocations(
+        results=root,
+        storage=storage or f"sqlite:///{root / 'optuna.db'}",
+        tracking_uri=tracking_uri or f"sqlite:///{root / 'mlflow.db'}",
+        artifacts=root / "mlartifacts" if not (tracking_uri or "").startswith("http") else None,
+    )
+    validate_storage_url(loc.storage)
+    validate_tracking_uri(loc.tracking_uri)
+    return loc
+
+
+# --- optuna plumbing -------------------------------------------------------------------------
+def point_key(point: dict[str, Any]) -> str:
+    return json.dumps({k: _encode(v) for k, v in sorted(point.items())}, sort_keys=True)
+
+
+def _encode(value: Any) -> Any:
+    return ",".join(map(str, value)) if isinstance(value, tuple) else value
+
+
+def _decode(axis: str, value: Any) -> Any:
+    if axis == "hidden_sizes" and isinstance(value, str):
+        return tuple(int(x) for x in value.split(","))
+    return value
+
+
+def make_storage(url: str, heartbeat_s: int, grace_s: int):
+    import warnings
+
+    import optuna
+
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    return optuna.storages.RDBStorage(
+        url,
+        heartbeat_interval=heartbeat_s,
+        grace_period=grace_s,
+        heartbeat_stale_trial_callback=_retry_callback(),
+        engine_kwargs={"connect_args": {"timeout": 60}} if url.startswith("sqlite") else None,
+    )
+
+
+def _retry_callback():
+    """Re-enqueue the point of a trial whose process stopped beating (Optuna's own callback)."""
+    import optuna
+
+    cls = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None) or optuna.storages.RetryFailedTrialCallback
+    return cls(max_retry=3)
+
+
+def open_study(spec: SweepSpec, storage):
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    space = {axis: [_encode(v) for v in values] for axis, values in spec.grid.items()}
+    sampler = optuna.samplers.GridSampler(space, seed=0)
+    return optuna.create_study(
+        study_name=spec.study_name, storage=storage, sampler=sampler, direction="maximize", load_if_exists=True
+    )
+
+
+def top_up_queue(study, spec: SweepSpec) -> int:
+    """Enqueue every grid point that has no COMPLETE, WAITING or RUNNING trial; returns how many."""
+    from optuna.trial import TrialState
+
+    live = {TrialState.COMPLETE, TrialState.WAITING, TrialState.RUNNING}
+    covered = {t.user_attrs.get("grid_point") for t in study.get_trials(deepcopy=False) if t.state in live}
+    added = 0
+    for point in spec.points():
+        key = point_key(point)
+        if key not in covered:
+            study.enqueue_trial({a: _encode(v) for a, v in point.items()}, user_attrs={"grid_point": key})
+            added += 1
+    return added
+
+
+def mark_killed_runs(study, client) -> None:
+    """MLflow runs of trials that died with their process (still RUNNING there) become KILLED."""
+    from optuna.trial import TrialState
+
+    for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
+        run_id = t.user_attrs.get("mlflow_run_id")
+        if not run_id or t.user_attrs.get("status") not in (None, "running"):
+            continue
+        try:
+            if client.get_run(run_id).info.status == "RUNNING":
+                client.set_tag(run_id, "status", "killed")
+                client.set_terminated(run_id, "KILLED")
+        except Exception:  # a run we cannot read is left as it is
+            continue
+
+
+def objective_value(result, objective: str) -> float:
+    if objective == "throughput":
+        return float(result.final.get("env_steps_per_s_total", 0.0))
+    evals = [m["eval_return_mean"] for m in result.history if "eval_return_mean" in m]
+    if not evals:
+        return float("-inf")
+    tail = evals[-max(1, len(evals) // 4) :]
+    value = sum(tail) / len(tail)
+    return value if math.isfinite(value) else float("-inf")
+
+
+# --- running ---------------------------------------------------------------------------------
+@dataclass
+class WorkerArgs:
+    spec: SweepSpec
+    loc: SweepLocations
+    experiment_id: str
+    parent_run_id: str
+    heartbeat_s: int
+    grace_s: int
+    quiet: bool
+    total_points: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+
+def worker_loop(args: WorkerArgs) -> None:
+    """Pop and run grid points until none is waiting. Safe to run in many processes at once."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from dqnlab.callbacks import ConsoleProgress
+    from dqnlab.run import RunFailed, train
+    from dqnlab.tracking import MlflowClient, MlflowRunTracker
+
+    spec = args.spec
+    study = optuna.load_study(study_name=spec.study_name, storage=make_storage(args.loc.storage, args.heartbeat_s,
+                              args.grace_s), sampler=open_study_sampler(spec))  # fmt: skip
+    client = MlflowClient(args.loc.tracking_uri)
+
+    def objective(trial) -> float:
+        key = trial.user_attrs.get("grid_point")
+        if key is None:
+            raise optuna.TrialPruned("not a queued grid point: the grid is exhausted")
+        for other in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING)):
+            if other.number != trial.number and other.user_attrs.get("grid_point") == key:
+                if other.state == TrialState.COMPLETE or other.number < trial.number:
+                    trial.set_user_attr("duplicate_of", other.number)
+                    raise optuna.TrialPruned(f"grid point already taken by trial {other.number}")
+        point = {a: _decode(a, trial.suggest_categorical(a, [_encode(v) for v in vs])) for a, vs in spec.grid.items()}
+        config = spec.config_for(point)
+        tracker = MlflowRunTracker(
+            client, args.experiment_id, args.parent_run_id, run_name=f"trial {trial.number}",
+            tags={"trial_number": str(trial.number), "grid_point": key, "dqnlab.study": spec.study_name},
+        )  # fmt: skip
+        trial.set_user_attr("mlflow_run_id", tracker.run_id)
+        trial.set_user_attr("status", "running")
+        callbacks = [tracker] if args.quiet else [tracker, ConsoleProgress()]
+        try:
+            result = train(config, callbacks)
+        except RunFailed as exc:
+            trial.set_user_attr("status", "failed")
+            trial.set_user_attr("error", str(exc)[:2000])
+            raise
+        except KeyboardInterrupt:
+            trial.set_user_attr("status", "interrupted")
+            raise
+        value = objective_value(result, spec.objective)
+        trial.set_user_attr("status", result.status)
+        client.log_metric(tracker.run_id, "objective", value if math.isfinite(value) else -1e30)
+        return value
+
+    while study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        study.optimize(objective, n_trials=1, catch=(RunFailed,), gc_after_trial=False)
+        if not args.quiet:
+            _print_overall(study, args)
+
+
+def open_study_sampler(spec: SweepSpec):
+    import optuna
+
+    return optuna.samplers.GridSampler({a: [_encode(v) for v in vs] for a, vs in spec.grid.items()}, seed=0)
+
+
+def _print_overall(study, args: WorkerArgs) -> None:
+    from optuna.trial import TrialState
+
+    done = len({t.user_attrs.get("grid_point") for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))})
+    total = args.total_points
+    elapsed = time.monotonic() - args.started
+    eta = elapsed / done * (total - done) if done else float("nan")
+    width = 30
+    bar = "#" * (width * done // max(total, 1))
+    print(f"[{bar:<{width}}] trials {done}/{total} elapsed {elapsed:5.0f}s eta {eta:5.0f}s", file=sys.stderr)
+
+
+def _spawned_worker(args: WorkerArgs) -> None:
+    worker_loop(args)
+
+
+def run_sweep(
+    spec: SweepSpec,
+    loc: SweepLocations,
+    jobs: int = 1,
+    quiet: bool = False,
+    heartbeat_s: int = 10,
+    grace_s: int = 30,
+) -> dict[str, Any]:
+    """Create or resume the study, run every missing grid point, return the summary."""
+    validate_spec(spec)
+    if jobs < 1:
+        raise SweepError(f"--jobs: got {jobs}; allowed: an int >= 1")
+    warn_cpu_budget(spec, jobs)
+    loc.results.mkdir(parents=True, exist_ok=True)
+    import optuna
+
+    from dqnlab.tracking import MlflowClient, get_or_create_experiment, get_or_create_parent, git_commit
+
+    storage = make_storage(loc.storage, heartbeat_s, grace_s)
+    study = open_study(spec, storage)  # created once, before any trial process starts
+    optuna.storages.fail_stale_trials(study)
+    client = MlflowClient(loc.tracking_uri)
+    mark_killed_runs(study, client)
+    top_up_queue(study, spec)
+    experiment_id = get_or_create_experiment(client, spec.sweep, loc.artifacts)
+    parent = get_or_create_parent(client, experiment_id, spec.study_name, {"git_commit": git_commit()})
+    client.set_tag(parent, "grid", json.dumps({a: [_encode(v) for v in vs] for a, vs in spec.grid.items()})[:5000])
+    args = WorkerArgs(spec, loc, experiment_id, parent, heartbeat_s, grace_s, quiet, len(spec.points()))
+    if jobs == 1:
+        worker_loop(args)
+    else:
+        ctx = mp.get_context("spawn")  # a fresh interpreter each: no forked MLflow/SQLAlchemy state
+        procs = [ctx.Process(target=_spawned_worker, args=(args,), name=f"dqnlab-sweep-{j}") for j in range(jobs)]
+        for p in procs:
+            p.start()
+        try:
+            for p in procs:
+                p.join()
+        finally:
+            for p in procs:
+                if p.is_alive():
+                    p.terminate()
+                    p.join(10)
+        bad = [p.exitcode for p in procs if p.exitcode != 0]
+        if bad:
+            raise RuntimeError(f"sweep worker process(es) exited with {bad}")
+    return summarise(study, spec)
+
+
+def warn_cpu_budget(spec: SweepSpec, jobs: int) -> None:
+    workers = max(spec.config_for(p).env.num_workers for p in spec.points())
+    cores = os.cpu_count() or 1
+    if jobs * (workers + 1) > cores:
+        print(f"warning: --jobs {jobs} x (num_workers {workers} + 1 learner) = {jobs * (workers + 1)} processes "
+              f"on {cores} cores: they will compete and throughput figures will be lower", file=sys.stderr)  # fmt: skip
+
+
+def summarise(study, spec: SweepSpec) -> dict[str, Any]:
+    from optuna.trial import TrialState
+
+    rows = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        rows.append({"trial": t.number, "point": json.loads(t.user_attrs["grid_point"]), "value": t.value,
+                     "status": t.user_attrs.get("status"), "mlflow_run_id": t.user_attrs.get("mlflow_run_id")})  # fmt: skip
+    cells: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        cell = {k: v for k, v in r["point"].items() if k != "seed"}
+        cells[json.dumps(cell, sort_keys=True)].append(r["value"])
+    ranked = sorted(((sum(v) / len(v), k, len(v)) for k, v in cells.items()), reverse=True)
+    counts = defaultdict(int)
+    for t in study.get_trials(deepcopy=False):
+        counts[t.state.name] += 1
+    return {"rows": sorted(rows, key=lambda r: r["trial"]), "cells": ranked, "states": dict(counts),
+            "grid_size": len(spec.points())}  # fmt: skip
+
+
+def format_summary(summary: dict[str, Any], loc: SweepLocations, spec: SweepSpec) -> str:
+    lines = [f"study {spec.study_name}: {len(summary['rows'])}/{summary['grid_size']} grid points complete; "
+             f"trial states {summary['states']}"]  # fmt: skip
+    for r in summary["rows"]:
+        lines.append(f"  trial {r['trial']:>3} {r['status']:<10} objective {r['value']:9.2f}  {r['point']}")
+    if summary["cells"]:
+        best, worst = summary["cells"][0], summary["cells"][-1]
+        lines.append(f"best cell  (mean over {best[2]} seed(s)) {best[0]:9.2f}  {best[1]}")
+        lines.append(f"worst cell (mean over {worst[2]} seed(s)) {worst[0]:9.2f}  {worst[1]}")
+    lines.append(f"results: {loc.results}")
+    lines.append(f"browse runs:   mlflow ui --backend-store-uri {loc.tracking_uri} --port 5000   (http://127.0.0.1:5000)")
+    lines.append(f"browse study:  pip install optuna-dashboard && optuna-dashboard {loc.storage}")
+    return "\n".join(lines)
+
+
+# --- command line shared by sweeps/*.py -------------------------------------------------------
+def parse_assignment(text: str, flag: str) -> tuple[str, str]:
+    if "=" not in text:
+        raise SweepError(f"{flag}: expected NAME=VALUE, got {text!r}")
+    name, value = text.split("=", 1)
+    return name.strip(), value.strip()
+
+
+def parse_field_value(name: str, text: str) -> Any:
+    from dqnlab.train import _parser_for
+
+    types_ = field_types()
+    if name not in types_:
+        raise SweepError(f"unknown config field or sweep axis {name!r}; allowed: {sorted(types_)}")
+    kind, choices = _parser_for(types_[name])
+    try:
+        value = kind(text)
+    except (ValueError, argparse.ArgumentTypeError) as exc:
+        raise SweepError(f"{name}: cannot read {text!r} ({exc})") from None
+    if choices and value not in choices:
+        raise SweepError(f"{name}: got {value!r}; allowed: {choices}")
+    return value
+
+
+def parse_axis(text: str) -> tuple[str, list[Any]]:
+    name, values = parse_assignment(text, "--axis")
+    if name == "hidden_sizes":
+        parts = [v for v in values.split(";") if v.strip()]
+    else:
+        parts = [v for v in values.split(",") if v.strip()]
+    if not parts:
+        raise SweepError(f"--axis {name}: no values given")
+    return name, [parse_field_value(name, p) for p in parts]
+
+
+def build_parser(prog: str, presets: dict[str, Any], default_preset: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog)
+    p.add_argument("--preset", choices=sorted(presets), default=default_preset)
+    p.add_argument("--env", dest="env_id", help="gymnasium id for every trial")
+    p.add_argument("--total-steps", type=int, help="env steps per trial")
+    p.add_argument("--seeds", type=int, help="seeds 0..N-1 (replaces the seed axis)")
+    p.add_argument("--axis", action="append", default=[], metavar="NAME=V1,V2",
+                   help="replace or add a grid axis (hidden_sizes: 64,64;128,128)")  # fmt: skip
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="fix a config field")
+    p.add_argument("--results", default="results", help="results folder (default: ./results, git-ignored)")
+    p.add_argument("--storage", help="Optuna storage, any SQLAlchemy URL (default: sqlite in --results)")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite in --results)")
+    p.add_argument("--study-name", help="default: <sweep>-<preset>")
+    p.add_argument("--jobs", type=int, default=1, help="trial processes on this machine")
+    p.add_argument("--heartbeat-s", type=int, default=10, help="Optuna heartbeat interval")
+    p.add_argument("--grace-s", type=int, default=30, help="seconds without heartbeat before a trial is stale")
+    p.add_argument("--dry-run", action="store_true", help="print the grid and an estimated time; run nothing")
+    p.add_argument("--quiet", action="store_true", help="no progress lines (CI)")
+    return p
+
+
+def spec_from_args(sweep: str, args: argparse.Namespace, presets: dict[str, Any], objective: str) -> SweepSpec:
+    preset = presets[args.preset]
+    base = dict(preset["base"])
+    grid = {k: list(v) for k, v in preset["grid"].items()}
+    if args.env_id:
+        base["env_id"] = args.env_id
+    if args.total_steps:
+        base["total_env_steps"] = args.total_steps
+    for text in args.set:
+        name, value = parse_assignment(text, "--set")
+        base[name] = parse_field_value(name, value)
+    for text in args.axis:
+        name, values = parse_axis(text)
+        grid[name] = values
+    if args.seeds is not None:
+        if args.seeds < 1:
+            raise SweepError(f"--seeds: got {args.seeds}; allowed: an int >= 1")
+        grid["seed"] = list(range(args.seeds))
+    for name in grid:
+        base.pop(name, None)
+    return SweepSpec(sweep, args.study_name or f"{sweep}-{args.preset}", base, grid, objective)
+
+
+def estimate_trial_s(config: Config) -> float:
+    """Rough seconds per trial on a 2-core machine (DESIGN.md figures: ~900 updates/s, ~20k steps/s
+    per actor, ~2 s of start-up and evaluation)."""
+    steps = config.run.total_env_steps
+    learner = config.agent.utd * max(0, steps - config.run.learning_starts) / 900.0
+    actors = steps / (20_000.0 * config.env.num_workers)
+    return max(learner, actors) + 2.0
+
+
+def sweep_main(sweep: str, presets: dict[str, Any], default_preset: str, objective: str, argv=None) -> int:
+    parser = build_parser(f"python sweeps/{sweep}.py", presets, default_preset)
+    args = parser.parse_args(argv)
+    try:
+        spec = spec_from_args(sweep, args, presets, objective)
+        validate_spec(spec)
+        loc = locations(args.results, args.storage, args.tracking_uri)
+    except (SweepError, ConfigError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    points = spec.points()
+    if args.dry_run:
+        total_s = sum(estimate_trial_s(spec.config_for(p)) for p in points) / args.jobs
+        print(f"study {spec.study_name}: {len(points)} grid points over axes {list(spec.grid)}")
+        for p in points:
+            print(f"  {point_key(p)}")
+        print(f"base: {spec.base}")
+        print(f"estimated time: {total_s / 60:.1f} min with --jobs {args.jobs} (rough)")
+        return 0
+    try:
+        summary = run_sweep(spec, loc, jobs=args.jobs, quiet=args.quiet, heartbeat_s=args.heartbeat_s,
+                            grace_s=args.grace_s)  # fmt: skip
+    except (SweepError, ConfigError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: rerun the same command to resume the study", file=sys.stderr)
+        return 130
+    print(format_summary(summary, loc, spec))
+    return 0

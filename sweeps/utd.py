@@ -1,0 +1,70 @@
+"""Replay-ratio study: what does a higher UTD do, and what do target delay, LayerNorm and resets buy?
+
+    python sweeps/utd.py                  # default preset: ~10 min on 2 cores, shows the UTD effect
+    python sweeps/utd.py --preset smoke   # CI, about a minute
+    python sweeps/utd.py --preset full    # hours: the real study
+    python sweeps/utd.py --dry-run --axis utd=1,4,16 --seeds 3
+
+Objective: mean greedy eval return over the last quarter of each run's evaluations.
+"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from dqnlab.sweep import sweep_main  # noqa: E402
+
+PRESETS = {
+    "smoke": {
+        "base": dict(
+            env_id="CartPole-v1",
+            total_env_steps=1500,
+            learning_starts=500,
+            batch_size=32,
+            probe_size=64,
+            hidden_sizes=(32, 32),
+            log_every=100,
+            eval_every_steps=500,
+            eval_episodes=2,
+            num_workers=1,
+            target_period=100,
+        ),  # fmt: skip
+        "grid": {"utd": [1.0, 4.0], "layer_norm": [False], "reset": ["none"], "seed": [0]},
+    },
+    "default": {
+        "base": dict(
+            env_id="CartPole-v1",
+            total_env_steps=20_000,
+            learning_starts=1000,
+            eval_every_steps=2000,
+            eval_episodes=5,
+            log_every=250,
+            num_workers=2,
+            target_period=500,
+            reset="none",
+        ),  # fmt: skip
+        "grid": {"utd": [0.25, 1.0, 4.0], "layer_norm": [False, True], "seed": [0, 1]},
+    },
+    "full": {
+        "base": dict(
+            env_id="CartPole-v1",
+            total_env_steps=100_000,
+            learning_starts=2000,
+            eval_every_steps=5000,
+            eval_episodes=10,
+            log_every=500,
+        ),  # fmt: skip
+        "grid": {
+            "num_workers": [1, 2, 4],
+            "utd": [0.25, 1.0, 4.0, 16.0],
+            "target_period": [100, 500, 2000],
+            "layer_norm": [False, True],
+            "reset": ["none", "head", "shrink_perturb"],
+            "seed": [0, 1, 2, 3, 4],
+        },
+    },
+}
+
+if __name__ == "__main__":
+    sys.exit(sweep_main("utd", PRESETS, "default", objective="eval"))
