@@ -108,6 +108,8 @@ class Actor:
         self._num_actions = int(self.envs[0].action_space.n)
 
     def sync(self) -> None:
+        if self.health_check is not None:  # an orphaned actor notices here even when never blocked
+            self.health_check()
         self.version = self.weights.read_into(self.policy.params)
         self.board.syncs[self.worker] += 1
         self._since_sync = 0

@@ -22,6 +22,8 @@ over the whole run. A diverged run is a COMPLETE trial with ``status='diverged'`
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import itertools
 import json
 import math
@@ -329,15 +331,19 @@ def run_sweep(
 
     from dqnlab.tracking import MlflowClient, get_or_create_experiment, get_or_create_parent, git_commit
 
-    storage = make_storage(loc.storage, heartbeat_s, grace_s)
-    study = open_study(spec, storage)  # created once, before any trial process starts
-    optuna.storages.fail_stale_trials(study)
-    client = MlflowClient(loc.tracking_uri)
-    mark_killed_runs(study, client)
-    top_up_queue(study, spec)
-    experiment_id = get_or_create_experiment(client, spec.sweep, loc.artifacts)
-    parent = get_or_create_parent(client, experiment_id, spec.study_name, {"git_commit": git_commit()})
-    client.set_tag(parent, "grid", json.dumps({a: [_encode(v) for v in vs] for a, vs in spec.grid.items()})[:5000])
+    # Set-up is serialised between sweep processes of this machine: Optuna's and MLflow's schema
+    # creation on a fresh SQLite file are not safe to run twice at once.
+    with _setup_lock(loc.results):
+        storage = make_storage(loc.storage, heartbeat_s, grace_s)
+        study = open_study(spec, storage)  # created once, before any trial process starts
+        optuna.storages.fail_stale_trials(study)
+        client = MlflowClient(loc.tracking_uri)
+        mark_killed_runs(study, client)
+        top_up_queue(study, spec)
+        experiment_id = get_or_create_experiment(client, spec.sweep, loc.artifacts)
+        parent = get_or_create_parent(client, experiment_id, spec.study_name, {"git_commit": git_commit()})
+        grid_tag = json.dumps({a: [_encode(v) for v in vs] for a, vs in spec.grid.items()})[:5000]
+        client.set_tag(parent, "grid", grid_tag)
     args = WorkerArgs(spec, loc, experiment_id, parent, heartbeat_s, grace_s, quiet, len(spec.points()))
     if jobs == 1:
         worker_loop(args)
@@ -358,6 +364,16 @@ def run_sweep(
         if bad:
             raise RuntimeError(f"sweep worker process(es) exited with {bad}")
     return summarise(study, spec)
+
+
+@contextlib.contextmanager
+def _setup_lock(results: Path):
+    with open(results / ".setup.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def warn_cpu_budget(spec: SweepSpec, jobs: int) -> None:
@@ -476,6 +492,10 @@ def spec_from_args(sweep: str, args: argparse.Namespace, presets: dict[str, Any]
         if args.seeds < 1:
             raise SweepError(f"--seeds: got {args.seeds}; allowed: an int >= 1")
         grid["seed"] = list(range(args.seeds))
+    fixed = {parse_assignment(t, "--set")[0] for t in args.set}
+    clash = sorted(fixed & set(grid))
+    if clash:
+        raise SweepError(f"--set {clash[0]}: {clash[0]!r} is a grid axis of this preset; use --axis {clash[0]}=VALUE")
     for name in grid:
         base.pop(name, None)
     return SweepSpec(sweep, args.study_name or f"{sweep}-{args.preset}", base, grid, objective)

@@ -1,0 +1,139 @@
+"""Sweeps end to end on temporary folders: grid completeness, MLflow records, resume, concurrency."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+UTD = [sys.executable, str(ROOT / "sweeps" / "utd.py")]
+TINY = ["--preset", "smoke", "--quiet"]
+
+
+def run_utd(results: Path, *extra: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([*UTD, *TINY, "--results", str(results), *extra], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)  # fmt: skip
+
+
+def trial_rows(results: Path) -> list[tuple[int, str, str | None]]:
+    """(number, state, grid_point) of every trial, straight from the Optuna database."""
+    with sqlite3.connect(results / "optuna.db") as db:
+        rows = db.execute(
+            "select t.number, t.state, (select value_json from trial_user_attributes a "
+            "where a.trial_id = t.trial_id and a.key = 'grid_point') from trials t order by t.number"
+        ).fetchall()
+    return rows
+
+
+def completed_points(results: Path) -> list[str]:
+    return [p for _, state, p in trial_rows(results) if state == "COMPLETE"]
+
+
+def mlflow_runs(results: Path):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{results / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("utd")
+    return client, client.search_runs([exp.experiment_id], max_results=1000)
+
+
+def test_smoke_sweep_records_every_trial_and_a_rerun_adds_nothing(tmp_path):
+    res = run_utd(tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "2/2 grid points complete" in res.stdout and "mlflow ui --backend-store-uri" in res.stdout
+    points = completed_points(tmp_path)
+    assert len(points) == 2 and len(set(points)) == 2
+    client, runs = mlflow_runs(tmp_path)
+    parents = [r for r in runs if r.data.tags.get("dqnlab.role") == "parent"]
+    children = [r for r in runs if r.data.tags.get("dqnlab.role") == "trial"]
+    assert len(parents) == 1 and len(children) == 2
+    for child in children:
+        assert child.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
+        assert child.info.status == "FINISHED" and child.data.tags["status"] == "completed"
+        assert {"trial_number", "grid_point", "git_commit"} <= set(child.data.tags)
+        assert child.data.params["utd"] in ("1.0", "4.0") and "hidden_sizes" in child.data.params
+        for key in ("td_loss", "utd_realised", "q_mean", "srank", "eval_return_mean", "policy_lag_mean"):
+            assert client.get_metric_history(child.info.run_id, key), key
+        artifacts = {a.path for a in client.list_artifacts(child.info.run_id)}
+        assert {"config.json", "history.json"} <= artifacts
+    rerun = run_utd(tmp_path)
+    assert rerun.returncode == 0, rerun.stderr
+    assert len(trial_rows(tmp_path)) == 2
+    assert len(mlflow_runs(tmp_path)[1]) == 3
+
+
+def test_diverging_run_is_a_completed_trial_and_the_sweep_goes_on(tmp_path):
+    res = run_utd(tmp_path, "--axis", "lr=0.001,1e12", "--axis", "utd=4", "--set", "max_grad_norm=1e30")
+    assert res.returncode == 0, res.stderr
+    assert len(completed_points(tmp_path)) == 2
+    client, runs = mlflow_runs(tmp_path)
+    statuses = sorted(r.data.tags.get("status") for r in runs if r.data.tags.get("dqnlab.role") == "trial")
+    assert statuses == ["completed", "diverged"]
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--axis", "utdd=1,2"], "unknown config field or sweep axis 'utdd'"),
+        (["--axis", "utd="], "no values given"),
+        (["--axis", "reset=sometimes"], "reset: got 'sometimes'"),
+        (["--tracking-uri", "./mlruns"], "--tracking-uri"),
+        (["--storage", "not a url"], "--storage"),
+        (["--env", "NoSuchEnv-v0"], "env_id"),
+        (["--set", "gamma=-1"], "gamma: got -1.0"),
+        (["--set", "utd=2"], "is a grid axis"),
+    ],
+)
+def test_bad_flags_fail_fast_and_write_nothing(tmp_path, extra, message):
+    results = tmp_path / "results"
+    res = run_utd(results, *extra, timeout=60)
+    assert res.returncode == 2
+    assert message in res.stderr
+    assert not results.exists()
+
+
+def test_two_processes_on_one_fresh_study_run_every_point_once(tmp_path):
+    args = [*UTD, *TINY, "--results", str(tmp_path), "--axis", "utd=0.5,1,2,4"]
+    procs = [subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]  # fmt: skip
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]
+    points = completed_points(tmp_path)
+    assert len(points) == 4 and len(set(points)) == 4
+    _, runs = mlflow_runs(tmp_path)
+    assert sum(r.data.tags.get("dqnlab.role") == "parent" for r in runs) == 1
+
+
+def test_sigkill_mid_trial_then_rerun_completes_every_point_exactly_once(tmp_path):
+    slow = ["--axis", "utd=1,2", "--total-steps", "6000", "--heartbeat-s", "1", "--grace-s", "2"]
+    proc = subprocess.Popen([*UTD, *TINY, "--results", str(tmp_path), *slow], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if (tmp_path / "optuna.db").exists():
+            try:
+                if any(state == "RUNNING" for _, state, _ in trial_rows(tmp_path)):
+                    break
+            except sqlite3.OperationalError:
+                pass
+        time.sleep(0.2)
+    time.sleep(1.5)  # well inside the trial
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    time.sleep(3.5)  # past the grace period: the trial is stale
+    res = run_utd(tmp_path, *slow)
+    assert res.returncode == 0, res.stderr
+    points = completed_points(tmp_path)
+    assert len(points) == 2 and len(set(points)) == 2
+    states = [state for _, state, _ in trial_rows(tmp_path)]
+    assert "FAIL" in states  # the killed trial is kept, marked failed
+    _, runs = mlflow_runs(tmp_path)
+    trial_runs = [r for r in runs if r.data.tags.get("dqnlab.role") == "trial"]
+    assert sorted(r.info.status for r in trial_runs) == ["FINISHED", "FINISHED", "KILLED"]
