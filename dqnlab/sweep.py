@@ -300,10 +300,14 @@ def open_study_sampler(spec: SweepSpec):
 def _print_overall(study, args: WorkerArgs) -> None:
     from optuna.trial import TrialState
 
-    done = len({t.user_attrs.get("grid_point") for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))})
-    total = args.total_points
+    done_keys = {t.user_attrs.get("grid_point") for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
+    done, total = len(done_keys), args.total_points
     elapsed = time.monotonic() - args.started
-    eta = elapsed / done * (total - done) if done else float("nan")
+    # ETA weighs the remaining points by their estimated cost (a utd-4 trial costs ~4x a utd-1 one)
+    cost = {point_key(p): estimate_trial_s(args.spec.config_for(p)) for p in args.spec.points()}
+    spent = sum(c for k, c in cost.items() if k in done_keys)
+    left = sum(c for k, c in cost.items() if k not in done_keys)
+    eta = elapsed / spent * left if spent else float("nan")
     width = 30
     bar = "#" * (width * done // max(total, 1))
     print(f"[{bar:<{width}}] trials {done}/{total} elapsed {elapsed:5.0f}s eta {eta:5.0f}s", file=sys.stderr)
@@ -334,13 +338,19 @@ def run_sweep(
     # Set-up is serialised between sweep processes of this machine: Optuna's and MLflow's schema
     # creation on a fresh SQLite file are not safe to run twice at once.
     with _setup_lock(loc.results):
-        storage = make_storage(loc.storage, heartbeat_s, grace_s)
-        study = open_study(spec, storage)  # created once, before any trial process starts
+        try:
+            storage = make_storage(loc.storage, heartbeat_s, grace_s)
+            study = open_study(spec, storage)  # created once, before any trial process starts
+        except Exception as exc:  # sqlalchemy OperationalError, missing driver, ...
+            raise SweepError(f"--storage: cannot open Optuna storage {loc.storage!r}: {exc}") from None
         optuna.storages.fail_stale_trials(study)
         client = MlflowClient(loc.tracking_uri)
         mark_killed_runs(study, client)
         top_up_queue(study, spec)
-        experiment_id = get_or_create_experiment(client, spec.sweep, loc.artifacts)
+        try:
+            experiment_id = get_or_create_experiment(client, spec.sweep, loc.artifacts)
+        except Exception as exc:  # unreachable server, bad database
+            raise SweepError(f"--tracking-uri: cannot reach MLflow at {loc.tracking_uri!r}: {exc}") from None
         parent = get_or_create_parent(client, experiment_id, spec.study_name, {"git_commit": git_commit()})
         grid_tag = json.dumps({a: [_encode(v) for v in vs] for a, vs in spec.grid.items()})[:5000]
         client.set_tag(parent, "grid", grid_tag)
