@@ -84,18 +84,31 @@ class NumpyQ:
         self._layers = []
         for i in range(num_hidden):
             ln = (v[f"norms.{i}.weight"], v[f"norms.{i}.bias"]) if layer_norm else None
-            self._layers.append((v[f"hidden.{i}.weight"].T, v[f"hidden.{i}.bias"], ln))
-        self._head = (v["head.weight"].T, v["head.bias"])
+            self._layers.append((v[f"hidden.{i}.weight"], v[f"hidden.{i}.bias"], ln))
+        self._head = (v["head.weight"], v["head.bias"])
 
     def q_values(self, obs: np.ndarray) -> np.ndarray:
         """``obs`` (B, obs_dim) float32 -> Q (B, num_actions) float32."""
+        if obs.shape[0] == 1:  # the actor's common case: matrix-vector products are ~2x faster
+            return self._q_single(obs[0])[None, :]
         h = obs
-        for w_t, b, ln in self._layers:
-            h = h @ w_t + b
+        for w, b, ln in self._layers:
+            h = h @ w.T + b
             if ln is not None:
                 mu = h.mean(axis=-1, keepdims=True)
                 var = h.var(axis=-1, keepdims=True)
                 h = (h - mu) / np.sqrt(var + LN_EPS) * ln[0] + ln[1]
             np.maximum(h, 0.0, out=h)
-        w_t, b = self._head
-        return h @ w_t + b
+        w, b = self._head
+        return h @ w.T + b
+
+    def _q_single(self, x: np.ndarray) -> np.ndarray:
+        h = x
+        for w, b, ln in self._layers:
+            h = w.dot(h)
+            h += b
+            if ln is not None:
+                h = (h - h.mean()) / np.sqrt(h.var() + LN_EPS) * ln[0] + ln[1]
+            np.maximum(h, 0.0, out=h)
+        w, b = self._head
+        return w.dot(h) + b

@@ -15,6 +15,8 @@ def test_numpy_twin_computes_the_same_q_values_as_torch(layer_norm):
     obs = np.random.default_rng(0).standard_normal((10, 4)).astype(np.float32)
     expected = net(torch.from_numpy(obs)).detach().numpy()
     np.testing.assert_allclose(twin.q_values(obs), expected, rtol=1e-5, atol=1e-5)
+    for row in range(3):  # the batch-1 fast path agrees too
+        np.testing.assert_allclose(twin.q_values(obs[row : row + 1]), expected[row : row + 1], rtol=1e-5, atol=1e-5)
 
 
 def test_layer_norm_present_iff_on():
