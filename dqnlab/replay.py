@@ -283,6 +283,6 @@ class SharedReplay:
 
 def wait_backoff(attempt: int) -> float:
     """Sleep used by polling waits: 20 us growing to 1 ms; returns the seconds slept."""
-    s = min(2e-5 * (1.5**attempt), 1e-3)
+    s = min(2e-5 * (1.5 ** min(attempt, 12)), 1e-3)  # capped exponent: waits may last for hours
     time.sleep(s)
     return s

@@ -9,6 +9,7 @@ import time
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 
 from dqnlab.config import Config
 from dqnlab.run import RunFailed, train
@@ -160,3 +161,18 @@ def test_unknown_env_id_fails_before_any_process_starts():
 
     with pytest.raises(ConfigError, match="env_id"):
         train(small(env_id="NoSuchEnv-v9"))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_learner_with_cpu_actors_holds_utd(leak_guard):
+    result = train(small(device="cuda", utd=1.0, total_env_steps=1500))
+    assert result.status == "completed"
+    assert result.final["updates"] == 1000
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_without_a_gpu_is_refused_before_any_process_starts():
+    from dqnlab.config import ConfigError
+
+    with pytest.raises(ConfigError, match="device: got 'cuda'"):
+        train(small(device="cuda"))

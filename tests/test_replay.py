@@ -93,3 +93,9 @@ def test_uniform_sampling_counts_draws_per_worker():
         replay.sample(rng, 64)
     share = replay.sampled / replay.sampled.sum()
     assert abs(share[0] - 0.75) < 0.02
+
+
+def test_wait_backoff_stays_bounded_for_long_waits():
+    from dqnlab.replay import wait_backoff
+
+    assert wait_backoff(10**6) <= 1e-3

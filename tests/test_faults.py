@@ -1,0 +1,160 @@
+"""Fault injection: hung actors, Ctrl-C and SIGTERM to training runs and sweeps, bad input battery.
+
+Every case must end in a recorded state within bounded time, with no process left behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import typing
+import uuid
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from dqnlab.config import Config, field_types
+from dqnlab.run import RunFailed, train
+from dqnlab.train import main as train_main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class _Hanging(gym.Env):
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+    steps = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        type(self).steps += 1
+        if type(self).steps > 400:
+            time.sleep(3600)  # stops producing and stops answering
+        return np.zeros(2, np.float32), 0.0, False, type(self).steps % 50 == 0, {}
+
+
+gym.register("dqnlab-test/Hanging-v0", entry_point=_Hanging)
+
+
+def test_a_hung_actor_fails_the_run_within_its_timeout_naming_it(leak_guard):
+    config = Config.from_flat(env_id="dqnlab-test/Hanging-v0", num_workers=2, total_env_steps=10**6,
+                              learning_starts=100, batch_size=32, probe_size=32, eval_every_steps=0,
+                              worker_timeout_s=2.0, log_every=50)  # fmt: skip
+    start = time.monotonic()
+    with pytest.raises(RunFailed, match=r"worker \d .*hung: no heartbeat"):
+        train(config)
+    assert time.monotonic() - start < 15
+
+
+def _processes_with(marker: str) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+                stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if marker.encode() in cmd and stat[0] != "Z":
+                pids.append(int(entry))
+    return pids
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_to_a_training_run_stops_it_cleanly(tmp_path, sig):
+    marker = f"dqnlab-marker-{uuid.uuid4().hex[:8]}"
+    history = tmp_path / f"{marker}.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dqnlab.train", "--total-steps", "1000000", "--workers", "2", "--history-json",
+         str(history)], cwd=ROOT, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while len(_processes_with(marker)) < 3 and time.monotonic() < deadline:  # learner + 2 actors
+        time.sleep(0.1)
+    time.sleep(1.0)
+    proc.send_signal(sig)
+    start = time.monotonic()
+    _, err = proc.communicate(timeout=20)
+    assert time.monotonic() - start < 10
+    assert proc.returncode == 130, err[-2000:]
+    time.sleep(0.5)
+    assert _processes_with(marker) == [], "actor processes outlived the run"
+
+
+def _trial_states(results: Path) -> list[tuple[str, str | None]]:
+    with sqlite3.connect(results / "optuna.db") as db:
+        return db.execute(
+            "select t.state, (select value_json from trial_user_attributes a where a.trial_id = t.trial_id "
+            "and a.key = 'status') from trials t order by t.number"
+        ).fetchall()
+
+
+def test_ctrl_c_to_a_sweep_marks_the_trial_and_a_rerun_completes_the_grid(tmp_path):
+    args = [sys.executable, str(ROOT / "sweeps" / "utd.py"), "--preset", "smoke", "--quiet", "--results",
+            str(tmp_path), "--axis", "utd=1,2", "--total-steps", "5000"]  # fmt: skip
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if (tmp_path / "optuna.db").exists() and any(s == "RUNNING" for s, _ in _trial_states(tmp_path)):
+                break
+        except sqlite3.OperationalError:
+            pass
+        time.sleep(0.2)
+    time.sleep(2.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err[-2000:]
+    states = _trial_states(tmp_path)
+    assert ("FAIL", '"interrupted"') in states, states
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("utd")
+    assert "KILLED" in [r.info.status for r in client.search_runs([exp.experiment_id])]
+    rerun = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert [s for s, _ in _trial_states(tmp_path)].count("COMPLETE") == 2
+
+
+def _wrong_value(tp) -> str:
+    origin = typing.get_origin(tp)
+    if origin is typing.Literal:
+        return "not-a-choice"
+    if tp is bool:
+        return "maybe"
+    if tp is str:
+        return ""
+    return "abc"
+
+
+@pytest.mark.parametrize("field", Config.field_names())
+def test_every_cli_flag_rejects_a_wrong_value_before_running(field, capsys):
+    flag = "--" + field.replace("_", "-")
+    with pytest.raises(SystemExit) if field != "env_id" else _returns(2) as holder:
+        code = train_main([flag, _wrong_value(field_types()[field])])
+        holder.code = code
+    err = capsys.readouterr().err
+    assert field.replace("_", "-") in err or field in err, err
+
+
+class _returns:
+    """Context for flags whose bad value is caught by our validation (exit code 2, no SystemExit)."""
+
+    def __init__(self, expected: int):
+        self.expected, self.code = expected, None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        assert self.code == self.expected
+        return False
