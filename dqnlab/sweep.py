@@ -481,6 +481,7 @@ def build_parser(prog: str, presets: dict[str, Any], default_preset: str) -> arg
     p.add_argument("--grace-s", type=int, default=30, help="seconds without heartbeat before a trial is stale")
     p.add_argument("--dry-run", action="store_true", help="print the grid and an estimated time; run nothing")
     p.add_argument("--quiet", action="store_true", help="no progress lines (CI)")
+    p.add_argument("--no-report", action="store_true", help="skip the analysis report at the end")
     return p
 
 
@@ -520,7 +521,8 @@ def estimate_trial_s(config: Config) -> float:
     return max(learner, actors) + 2.0
 
 
-def sweep_main(sweep: str, presets: dict[str, Any], default_preset: str, objective: str, argv=None) -> int:
+def sweep_main(sweep: str, presets: dict[str, Any], default_preset: str, objective: str, argv=None, report=None) -> int:
+    """The command line of ``sweeps/<sweep>.py``; ``report(tracking_uri, experiment, study, out)`` runs at the end."""
     parser = build_parser(f"python sweeps/{sweep}.py", presets, default_preset)
     args = parser.parse_args(argv)
     try:
@@ -549,4 +551,7 @@ def sweep_main(sweep: str, presets: dict[str, Any], default_preset: str, objecti
         print("interrupted: rerun the same command to resume the study", file=sys.stderr)
         return 130
     print(format_summary(summary, loc, spec))
+    if report is not None and not args.no_report:
+        out = report(loc.tracking_uri, spec.sweep, spec.study_name, loc.results / f"report-{spec.study_name}")
+        print(f"report:        {out / 'summary.md'} (also on the parent run in MLflow, under report/)")
     return 0

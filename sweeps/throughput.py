@@ -13,6 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
+from analysis.report import build_report  # noqa: E402
 from dqnlab.sweep import sweep_main  # noqa: E402
 
 DEVICES = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
@@ -54,4 +55,4 @@ PRESETS = {
 }
 
 if __name__ == "__main__":
-    sys.exit(sweep_main("throughput", PRESETS, "default", objective="throughput"))
+    sys.exit(sweep_main("throughput", PRESETS, "default", report=build_report, objective="throughput"))

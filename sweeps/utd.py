@@ -13,6 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from analysis.report import build_report  # noqa: E402
 from dqnlab.sweep import sweep_main  # noqa: E402
 
 PRESETS = {
@@ -67,4 +68,4 @@ PRESETS = {
 }
 
 if __name__ == "__main__":
-    sys.exit(sweep_main("utd", PRESETS, "default", objective="eval"))
+    sys.exit(sweep_main("utd", PRESETS, "default", report=build_report, objective="eval"))

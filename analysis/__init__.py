@@ -1,0 +1,1 @@
+"""Analysis: MLflow runs -> tidy DataFrames -> statistics and seaborn plots -> a report."""

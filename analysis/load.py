@@ -1,0 +1,119 @@
+"""Read a sweep's MLflow runs into tidy DataFrames.
+
+``load_runs``: one row per trial run: run ids, status, every config field as a typed column, the
+final value of every metric (prefixed ``final_``), ``final_return`` and the ``collapse`` label.
+``load_histories``: the long table ``(run_id, env_steps, updates, metric, value)``.
+Histories come from each run's ``history.json`` artifact (one download per run, not one call per
+metric).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+
+import pandas as pd  # noqa: E402
+from mlflow.tracking import MlflowClient  # noqa: E402
+
+from analysis.stats import collapse_label, final_return  # noqa: E402
+from dqnlab.config import Config  # noqa: E402
+
+TAG_STUDY, TAG_ROLE = "dqnlab.study", "dqnlab.role"
+
+
+def _client_and_experiment(tracking_uri: str, experiment: str):
+    client = MlflowClient(tracking_uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        raise ValueError(f"experiment {experiment!r} not found at {tracking_uri}")
+    return client, exp.experiment_id
+
+
+def _trial_runs(client, experiment_id: str, study: str | None):
+    flt = f"tags.`{TAG_ROLE}` = 'trial'"
+    if study:
+        flt += f" and tags.`{TAG_STUDY}` = '{study}'"
+    return client.search_runs([experiment_id], filter_string=flt, max_results=50_000)
+
+
+def _history(client, run_id: str) -> list[dict[str, float]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            path = client.download_artifacts(run_id, "history.json", tmp)
+        except Exception:  # a run killed before it wrote its artifacts
+            return []
+        return json.loads(Path(path).read_text())
+
+
+def _typed_params(params: dict[str, str]) -> dict:
+    defaults = Config().to_flat()
+    out: dict = {}
+    for name, text in params.items():
+        default = defaults.get(name)
+        if isinstance(default, bool):
+            out[name] = text == "True"
+        elif isinstance(default, int):
+            out[name] = int(float(text))
+        elif isinstance(default, float) or (default is None and text not in ("None", "")):
+            try:
+                out[name] = float(text)
+            except ValueError:
+                out[name] = text
+        elif default is None:
+            out[name] = None
+        else:
+            out[name] = text
+    return out
+
+
+def load(tracking_uri: str, experiment: str, study: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(runs, histories)`` of the trial runs of ``experiment`` (optionally one study)."""
+    client, experiment_id = _client_and_experiment(tracking_uri, experiment)
+    rows, long_rows = [], []
+    for run in _trial_runs(client, experiment_id, study):
+        run_id = run.info.run_id
+        history = _history(client, run_id)
+        status = run.data.tags.get("status")
+        row = {
+            "run_id": run_id,
+            "study": run.data.tags.get(TAG_STUDY),
+            "trial_number": int(run.data.tags.get("trial_number", -1)),
+            "grid_point": run.data.tags.get("grid_point"),
+            "status": status,
+            "mlflow_status": run.info.status,
+            **_typed_params(run.data.params),
+        }
+        final: dict[str, float] = {}
+        for m in history:
+            final.update(m)
+        row.update({f"final_{k}": v for k, v in final.items()})
+        row["final_return"] = final_return(history)
+        row["collapse"] = collapse_label(history, status) if history else "unknown"
+        rows.append(row)
+        for m in history:
+            for k, v in m.items():
+                if k not in ("env_steps", "updates"):
+                    long_rows.append((run_id, m["env_steps"], m["updates"], k, v))
+    runs = pd.DataFrame(rows)
+    if not runs.empty:
+        # A grid point rerun after a crash has one finished run; count each point once.
+        finished_first = (runs["mlflow_status"] != "FINISHED").astype(int)
+        runs = runs.assign(_order=finished_first).sort_values(["_order", "trial_number"])
+        runs = runs.drop_duplicates(["study", "grid_point"], keep="first").drop(columns="_order")
+        runs = runs.sort_values(["study", "trial_number"]).reset_index(drop=True)
+    hist = pd.DataFrame(long_rows, columns=["run_id", "env_steps", "updates", "metric", "value"])
+    hist = hist[hist["run_id"].isin(set(runs.get("run_id", [])))].reset_index(drop=True)
+    return runs, hist
+
+
+def load_runs(tracking_uri: str, experiment: str, study: str | None = None) -> pd.DataFrame:
+    return load(tracking_uri, experiment, study)[0]
+
+
+def load_histories(tracking_uri: str, experiment: str, study: str | None = None) -> pd.DataFrame:
+    return load(tracking_uri, experiment, study)[1]
