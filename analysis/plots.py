@@ -80,7 +80,7 @@ def throughput_scaling(runs: pd.DataFrame, out: Path) -> Path:
         sns.lineplot(df, x="num_workers", y=col, hue="limiter", style="utd", markers=True, ax=ax, errorbar=None)
         base = df[df["num_workers"] == df["num_workers"].min()].groupby(["limiter", "utd"])[col].mean()
         workers = np.sort(df["num_workers"].unique())
-        for (lim, utd), v in base.items():
+        for v in base.to_numpy():
             ax.plot(workers, v * workers / workers[0], color="grey", ls=":", lw=1)
         ax.plot([], [], color="grey", ls=":", label="ideal scaling")
         ax.set(xlabel="worker processes", ylabel=label, xticks=workers)
