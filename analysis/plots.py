@@ -231,14 +231,14 @@ def worker_shares(runs: pd.DataFrame, out: Path) -> Path:
     axes[0].set(xlabel="", ylabel="share (fraction)", title="env steps produced vs batch elements sampled")
     axes[0].tick_params(axis="x", rotation=30, labelsize=8)
     sns.move_legend(axes[0], "lower center", bbox_to_anchor=(0.5, 1.08), ncol=2, fontsize=8, title=None)
-    for ax, col, label in [
-        (axes[1], "final_policy_lag_mean", "policy lag (updates, mean): replay age"),
-        (axes[2], "final_actor_staleness_mean", "actor staleness (updates, mean): sync delay"),
+    for ax, col, label, what in [
+        (axes[1], "final_policy_lag_mean", "policy lag (updates)", "policy lag at sampling (replay age)"),
+        (axes[2], "final_actor_staleness_mean", "actor staleness (updates)", "acting version behind learner (sync delay)"),
     ]:
         if col in runs:
             sns.barplot(runs, x="num_workers", y=col, hue="utd", ax=ax, errorbar=None)
             sns.move_legend(ax, "upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, title="utd")
-        ax.set(xlabel="worker processes", ylabel=label)
+        ax.set(xlabel="worker processes", ylabel=label, title=what)
     return _save(fig, out, title)
 
 

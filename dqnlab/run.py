@@ -223,11 +223,13 @@ class _Engine:
         except KeyboardInterrupt:
             status, error = "interrupted", "interrupted (SIGINT/SIGTERM)"
             self._stop_actors()
+            self._last_words()
             result = self._result(status, error)
             self.cb.on_end(result)
             raise
         except BaseException as exc:
             self._stop_actors()
+            self._last_words()
             result = self._result("failed", str(exc))
             self.cb.on_end(result)
             raise RunFailed(f"run failed: {exc}", result) from exc
@@ -305,7 +307,7 @@ class _Engine:
         self._eval_pending["eval_env_steps"] = float(self.replay.env_steps)
         self._eval_best = max(self._eval_best, res.metrics()["eval_return_mean"])
 
-    def _log(self, stats: dict[str, float] | None) -> str | None:
+    def _log(self, stats: dict[str, float] | None, read_episodes: bool = True) -> str | None:
         c, r, a = self.config, self.config.run, self.config.agent
         now = time.monotonic()
         replay, learner = self.replay, self.learner
@@ -357,7 +359,7 @@ class _Engine:
                 m.update(dormant_fractions(acts))
                 m["dormant_frac"] = m["dormant_frac_tau0.1"]
         m["hard_divergence"] = float(hard)
-        episodes = replay.new_episodes()
+        episodes = replay.new_episodes() if read_episodes else []
         if episodes:
             m["train_return_mean"] = float(np.mean([e[1] for e in episodes]))
             m["train_length_mean"] = float(np.mean([e[2] for e in episodes]))
@@ -369,6 +371,14 @@ class _Engine:
         self.history.append(m)
         self.cb.on_log(m)
         return "diverged" if hard else None
+
+    def _last_words(self) -> None:
+        """One more log point on a failure path, so that a crash keeps what the run had measured.
+        It reads no locked state: a killed actor may have died holding the replay lock."""
+        try:
+            self._log(None, read_episodes=False)
+        except Exception:  # the run is already failing; its original error is what matters
+            pass
 
     def _final_log(self) -> None:
         if self.config.run.eval_every_steps:

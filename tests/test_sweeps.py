@@ -36,6 +36,21 @@ def completed_points(results: Path) -> list[str]:
     return [p for _, state, p in trial_rows(results) if state == "COMPLETE"]
 
 
+def _pids_with(marker: str) -> list[int]:
+    """Live processes whose command line contains ``marker``."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+                state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if marker.encode() in cmd and state != "Z":
+                pids.append(int(entry))
+    return pids
+
+
 def mlflow_runs(results: Path):
     from mlflow.tracking import MlflowClient
 
@@ -128,6 +143,9 @@ def test_sigkill_mid_trial_then_rerun_completes_every_point_exactly_once(tmp_pat
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(10)
     time.sleep(3.5)  # past the grace period: the trial is stale
+    # the killed sweep's actors (forked: same command line, which names tmp_path) noticed and exited
+    orphans = [pid for pid in _pids_with(str(tmp_path)) if pid != proc.pid]
+    assert orphans == [], f"orphaned actor processes: {orphans}"
     res = run_utd(tmp_path, *slow)
     assert res.returncode == 0, res.stderr
     points = completed_points(tmp_path)
@@ -137,3 +155,31 @@ def test_sigkill_mid_trial_then_rerun_completes_every_point_exactly_once(tmp_pat
     _, runs = mlflow_runs(tmp_path)
     trial_runs = [r for r in runs if r.data.tags.get("dqnlab.role") == "trial"]
     assert sorted(r.info.status for r in trial_runs) == ["FINISHED", "FINISHED", "KILLED"]
+
+
+def test_unreachable_storage_fails_fast_with_a_clear_error(tmp_path):
+    res = run_utd(tmp_path / "r", "--storage", f"sqlite:///{tmp_path}/no/such/dir/optuna.db", timeout=60)
+    assert res.returncode == 2
+    assert "--storage: cannot open Optuna storage" in res.stderr
+
+
+def test_a_crashing_trial_is_failed_in_optuna_and_mlflow_and_the_sweep_goes_on(tmp_path):
+    import test_engine  # registers dqnlab-test/Exploding-v0 (its actors raise after 300 steps)
+
+    from dqnlab.sweep import SweepSpec, locations, run_sweep
+
+    assert test_engine
+    spec = SweepSpec("crash", "crash-test", dict(total_env_steps=1500, learning_starts=100, batch_size=32,
+                     probe_size=32, hidden_sizes=(16,), eval_every_steps=500, eval_episodes=1, num_workers=1),
+                     {"env_id": ["dqnlab-test/Exploding-v0", "CartPole-v1"]})  # fmt: skip
+    summary = run_sweep(spec, locations(tmp_path, None, None), quiet=True)
+    assert [r["point"]["env_id"] for r in summary["rows"]] == ["CartPole-v1"]
+    assert summary["states"] == {"FAIL": 1, "COMPLETE": 1}
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("crash")
+    runs = [r for r in client.search_runs([exp.experiment_id]) if r.data.tags.get("dqnlab.role") == "trial"]
+    failed = [r for r in runs if r.info.status == "FAILED"]
+    assert len(failed) == 1 and "boom: injected env failure" in failed[0].data.tags["error"]
+    assert client.get_metric_history(failed[0].info.run_id, "td_loss"), "metrics before the crash are kept"
