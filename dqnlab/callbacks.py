@@ -51,7 +51,8 @@ class ConsoleProgress:
 
     def on_progress(self, env_steps: int, updates: int, total_env_steps: int, elapsed_s: float) -> None:
         now = time.monotonic()
-        if now - self._last < (self.min_interval_s if self._tty else 10.0):
+        # off a terminal, plain lines at most every 10 s (``--quiet`` raises the interval past any run)
+        if now - self._last < (self.min_interval_s if self._tty else max(10.0, self.min_interval_s)):
             return
         self._last = now
         frac = env_steps / total_env_steps

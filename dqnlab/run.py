@@ -188,7 +188,8 @@ class _Engine:
                 p.kill()
                 p.join(1.0)
         for p in self.procs:
-            p.close() if p.exitcode is not None else None
+            if p.exitcode is not None:
+                p.close()
         for actor in self.actors:
             actor.close()
         self.eval_env.close()
@@ -234,7 +235,8 @@ class _Engine:
             self.cb.on_end(result)
             raise RunFailed(f"run failed: {exc}", result) from exc
         finally:
-            self._stop_actors() if not self._stopping else None
+            if not self._stopping:
+                self._stop_actors()
             set_threads(prev_threads)
             _restore_sigterm(prev_sigterm)
         result = self._result(status, error)
