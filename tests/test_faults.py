@@ -4,7 +4,6 @@ Every case must end in a recorded state within bounded time, with no process lef
 
 from __future__ import annotations
 
-import os
 import signal
 import sqlite3
 import subprocess
@@ -17,6 +16,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+from procs import pids_with
 
 from dqnlab.config import Config, field_types
 from dqnlab.run import RunFailed, train
@@ -54,20 +54,6 @@ def test_a_hung_actor_fails_the_run_within_its_timeout_naming_it(leak_guard):
     assert time.monotonic() - start < 15
 
 
-def _processes_with(marker: str) -> list[int]:
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
-                stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if marker.encode() in cmd and stat[0] != "Z":
-                pids.append(int(entry))
-    return pids
-
-
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signal_to_a_training_run_stops_it_cleanly(tmp_path, sig):
     marker = f"dqnlab-marker-{uuid.uuid4().hex[:8]}"
@@ -77,7 +63,7 @@ def test_signal_to_a_training_run_stops_it_cleanly(tmp_path, sig):
          str(history)], cwd=ROOT, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     deadline = time.monotonic() + 60
-    while len(_processes_with(marker)) < 3 and time.monotonic() < deadline:  # learner + 2 actors
+    while len(pids_with(marker)) < 3 and time.monotonic() < deadline:  # learner + 2 actors
         time.sleep(0.1)
     time.sleep(1.0)
     proc.send_signal(sig)
@@ -86,7 +72,7 @@ def test_signal_to_a_training_run_stops_it_cleanly(tmp_path, sig):
     assert time.monotonic() - start < 10
     assert proc.returncode == 130, err[-2000:]
     time.sleep(0.5)
-    assert _processes_with(marker) == [], "actor processes outlived the run"
+    assert pids_with(marker) == [], "actor processes outlived the run"
 
 
 def _trial_states(results: Path) -> list[tuple[str, str | None]]:

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from procs import pids_with
 
 ROOT = Path(__file__).resolve().parent.parent
 UTD = [sys.executable, str(ROOT / "sweeps" / "utd.py")]
@@ -34,21 +35,6 @@ def trial_rows(results: Path) -> list[tuple[int, str, str | None]]:
 
 def completed_points(results: Path) -> list[str]:
     return [p for _, state, p in trial_rows(results) if state == "COMPLETE"]
-
-
-def _pids_with(marker: str) -> list[int]:
-    """Live processes whose command line contains ``marker``."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
-                state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
-            except OSError:
-                continue
-            if marker.encode() in cmd and state != "Z":
-                pids.append(int(entry))
-    return pids
 
 
 def mlflow_runs(results: Path):
@@ -144,7 +130,7 @@ def test_sigkill_mid_trial_then_rerun_completes_every_point_exactly_once(tmp_pat
     proc.wait(10)
     time.sleep(3.5)  # past the grace period: the trial is stale
     # the killed sweep's actors (forked: same command line, which names tmp_path) noticed and exited
-    orphans = [pid for pid in _pids_with(str(tmp_path)) if pid != proc.pid]
+    orphans = [pid for pid in pids_with(str(tmp_path)) if pid != proc.pid]
     assert orphans == [], f"orphaned actor processes: {orphans}"
     res = run_utd(tmp_path, *slow)
     assert res.returncode == 0, res.stderr
