@@ -83,7 +83,8 @@ def _trial_states(results: Path) -> list[tuple[str, str | None]]:
         ).fetchall()
 
 
-def test_ctrl_c_to_a_sweep_marks_the_trial_and_a_rerun_completes_the_grid(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_to_a_sweep_marks_the_trial_and_a_rerun_completes_the_grid(tmp_path, sig):
     args = [sys.executable, str(ROOT / "sweeps" / "utd.py"), "--preset", "smoke", "--quiet", "--results",
             str(tmp_path), "--axis", "utd=1,2", "--total-steps", "5000"]  # fmt: skip
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -96,7 +97,7 @@ def test_ctrl_c_to_a_sweep_marks_the_trial_and_a_rerun_completes_the_grid(tmp_pa
             pass
         time.sleep(0.2)
     time.sleep(2.0)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err[-2000:]
     states = _trial_states(tmp_path)
