@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from dqnlab.sweep import final_eval_return
+
 COLLAPSE_LABELS = ("diverged", "performance_collapse", "rank_collapse", "healthy")
 
 
@@ -62,9 +64,5 @@ def collapse_label(history: Sequence[dict[str, float]], status: str | None = Non
 
 
 def final_return(history: Sequence[dict[str, float]]) -> float:
-    """Mean greedy eval return over the last quarter of the evaluations (the sweep objective)."""
-    evals = [m["eval_return_mean"] for m in history if "eval_return_mean" in m]
-    if not evals:
-        return float("nan")
-    tail = evals[-max(1, len(evals) // 4) :]
-    return float(np.mean(tail))
+    """The sweep objective: mean greedy eval return over the last quarter of the evaluations."""
+    return final_eval_return(list(history))

@@ -14,6 +14,7 @@ bare limit measured in the same run.
 from __future__ import annotations
 
 import argparse
+import multiprocessing as mp
 import statistics
 import time
 
@@ -115,8 +116,6 @@ def actor_unthrottled(steps: int) -> float:
     net = QNetwork(4, 2, config.network.hidden_sizes, False)
     layout = ParamLayout.of(net)
     arena = SharedArena()
-    import multiprocessing as mp
-
     limiter = RateLimiter(1.0, config.run.learning_starts, 1.0, strict=False)
     replay = SharedReplay(arena, mp.get_context("fork").Lock(), config.agent.buffer_capacity, 4, 1, limiter, 10**9)
     weights = WeightBroadcast(arena, layout.size)

@@ -146,7 +146,6 @@ class _Engine:
         self._lag_max = 0
         self._stale_sum = 0.0
         self._learner_wait_s = 0.0
-        self._episodes: list[tuple[int, float, int, int]] = []
         self._eval_pending: dict[str, float] = {}
         self._eval_best = -math.inf
         self._evals_done = 0
@@ -385,8 +384,7 @@ class _Engine:
     def _final_log(self) -> None:
         if self.config.run.eval_every_steps:
             self._evaluate()
-        stats = None
-        self._log(stats)
+        self._log(None)
 
     def _result(self, status: str, error: str | None) -> RunResult:
         final: dict[str, float] = {}  # the latest value of every metric

@@ -176,10 +176,8 @@ def open_study(spec: SweepSpec, storage):
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    space = {axis: [_encode(v) for v in values] for axis, values in spec.grid.items()}
-    sampler = optuna.samplers.GridSampler(space, seed=0)
     return optuna.create_study(
-        study_name=spec.study_name, storage=storage, sampler=sampler, direction="maximize", load_if_exists=True
+        study_name=spec.study_name, storage=storage, sampler=grid_sampler(spec), direction="maximize", load_if_exists=True
     )
 
 
@@ -217,12 +215,17 @@ def mark_killed_runs(study, client) -> None:
 def objective_value(result, objective: str) -> float:
     if objective == "throughput":
         return float(result.final.get("env_steps_per_s_total", 0.0))
-    evals = [m["eval_return_mean"] for m in result.history if "eval_return_mean" in m]
-    if not evals:
-        return float("-inf")
-    tail = evals[-max(1, len(evals) // 4) :]
-    value = sum(tail) / len(tail)
+    value = final_eval_return(result.history)
     return value if math.isfinite(value) else float("-inf")
+
+
+def final_eval_return(history: list[dict[str, float]]) -> float:
+    """Mean greedy eval return over the last quarter of a run's evaluations (at least one); NaN if none."""
+    evals = [m["eval_return_mean"] for m in history if "eval_return_mean" in m]
+    if not evals:
+        return float("nan")
+    tail = evals[-max(1, len(evals) // 4) :]
+    return sum(tail) / len(tail)
 
 
 # --- running ---------------------------------------------------------------------------------
@@ -250,7 +253,7 @@ def worker_loop(args: WorkerArgs) -> None:
 
     spec = args.spec
     study = optuna.load_study(study_name=spec.study_name, storage=make_storage(args.loc.storage, args.heartbeat_s,
-                              args.grace_s), sampler=open_study_sampler(spec))  # fmt: skip
+                              args.grace_s), sampler=grid_sampler(spec))  # fmt: skip
     client = MlflowClient(args.loc.tracking_uri)
 
     def objective(trial) -> float:
@@ -291,7 +294,7 @@ def worker_loop(args: WorkerArgs) -> None:
             _print_overall(study, args)
 
 
-def open_study_sampler(spec: SweepSpec):
+def grid_sampler(spec: SweepSpec):
     import optuna
 
     return optuna.samplers.GridSampler({a: [_encode(v) for v in vs] for a, vs in spec.grid.items()}, seed=0)
@@ -311,10 +314,6 @@ def _print_overall(study, args: WorkerArgs) -> None:
     width = 30
     bar = "#" * (width * done // max(total, 1))
     print(f"[{bar:<{width}}] trials {done}/{total} elapsed {elapsed:5.0f}s eta {eta:5.0f}s", file=sys.stderr)
-
-
-def _spawned_worker(args: WorkerArgs) -> None:
-    worker_loop(args)
 
 
 def run_sweep(
@@ -359,7 +358,7 @@ def run_sweep(
         worker_loop(args)
     else:
         ctx = mp.get_context("spawn")  # a fresh interpreter each: no forked MLflow/SQLAlchemy state
-        procs = [ctx.Process(target=_spawned_worker, args=(args,), name=f"dqnlab-sweep-{j}") for j in range(jobs)]
+        procs = [ctx.Process(target=worker_loop, args=(args,), name=f"dqnlab-sweep-{j}") for j in range(jobs)]
         for p in procs:
             p.start()
         try:

@@ -91,7 +91,6 @@ class MlflowRunTracker:
         params = [Param(k, _param_str(v)) for k, v in config.to_flat().items()]
         for i in range(0, len(params), PARAMS_PER_BATCH):
             self.client.log_batch(self.run_id, params=params[i : i + PARAMS_PER_BATCH])
-        self._config = config
 
     def on_log(self, metrics: dict[str, float]) -> None:
         ts = int(time.time() * 1000)
