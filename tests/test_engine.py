@@ -79,8 +79,17 @@ def test_slow_worker_transitions_are_sampled_in_proportion_to_what_it_produced(l
     resident = np.array([f["worker0_resident_share"], f["worker1_resident_share"]])
     assert 0.02 < produced[1] < 0.4, produced  # the slow worker really is slower
     np.testing.assert_allclose(resident, produced)  # capacity > budget: everything produced is resident
-    # Tolerance 0.05: sampled shares integrate the buffer's make-up over the run, produced is the end state
-    assert np.abs(sampled - produced).max() < 0.05, (produced, sampled)
+    # The sampled share counts every draw since the first update, while the worker's produced share
+    # moves with its speed; compare it to the produced share as the learner saw it, weighted by the
+    # updates of each log window (capacity > budget, so that is also what the ring held).
+    weights, shares, last = [], [], 0
+    for m in result.history:
+        weights.append(m["updates"] - last)
+        shares.append([m["worker0_produced_share"], m["worker1_produced_share"]])
+        last = m["updates"]
+    seen = np.average(np.array(shares), axis=0, weights=np.array(weights, dtype=float))
+    print("slow-worker shares: seen", seen, "sampled", sampled, "final produced", produced)
+    assert np.abs(sampled - seen).max() < 0.05, (seen, sampled, produced)  # stated tolerance: 0.05
 
 
 def test_serial_mode_is_deterministic_and_matches_the_parallel_accounting(leak_guard):
