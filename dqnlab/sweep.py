@@ -29,7 +29,10 @@ import json
 import math
 import multiprocessing as mp
 import os
+import signal
+import socket
 import sys
+import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -43,6 +46,10 @@ OBJECTIVES = ("eval", "throughput")
 
 class SweepError(ValueError):
     """A sweep argument is invalid; raised before anything is written."""
+
+
+class SweepFailed(RuntimeError):
+    """The sweep stopped part-way (a store failed, a worker process died); rerunning resumes it."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +110,11 @@ def validate_storage_url(url: str) -> None:
     except ArgumentError as exc:
         raise SweepError(f"--storage: {url!r} is not an SQLAlchemy URL ({exc}); e.g. sqlite:///results/optuna.db "
                          "or postgresql+psycopg2://user@host/db") from None  # fmt: skip
+    try:
+        parsed.get_dialect().import_dbapi()
+    except Exception as exc:  # NoSuchModuleError, ImportError
+        raise SweepError(f"--storage: no database driver for {parsed.drivername!r} ({exc}); for PostgreSQL use "
+                         "postgresql+psycopg2://... after pip install -e '.[cluster]'") from None  # fmt: skip
     if parsed.drivername.startswith("sqlite") and parsed.database and parsed.database != ":memory:":
         parent = Path(parsed.database).expanduser().resolve().parent
         if parent.exists() and not os.access(parent, os.W_OK):
@@ -160,8 +172,16 @@ def make_storage(url: str, heartbeat_s: int, grace_s: int):
         heartbeat_interval=heartbeat_s,
         grace_period=grace_s,
         heartbeat_stale_trial_callback=_retry_callback(),
-        engine_kwargs={"connect_args": {"timeout": 60}} if url.startswith("sqlite") else None,
+        engine_kwargs=_engine_kwargs(url),
     )
+
+
+def _engine_kwargs(url: str) -> dict[str, Any] | None:
+    if url.startswith("sqlite"):
+        return {"connect_args": {"timeout": 60}}  # seconds a writer waits for the file lock
+    if url.startswith("postgresql+psycopg2") or url.startswith("postgresql://"):
+        return {"connect_args": {"connect_timeout": 20}, "pool_pre_ping": True}
+    return None
 
 
 def _retry_callback():
@@ -249,12 +269,13 @@ def worker_loop(args: WorkerArgs) -> None:
 
     from dqnlab.callbacks import ConsoleProgress
     from dqnlab.run import RunFailed, train
-    from dqnlab.tracking import MlflowClient, MlflowRunTracker
+    from dqnlab.tracking import MlflowClient, MlflowRunTracker, TrackingError
 
     spec = args.spec
     study = optuna.load_study(study_name=spec.study_name, storage=make_storage(args.loc.storage, args.heartbeat_s,
                               args.grace_s), sampler=grid_sampler(spec))  # fmt: skip
     client = MlflowClient(args.loc.tracking_uri)
+    worker = f"{socket.gethostname()}:{os.getpid()}"
 
     def objective(trial) -> float:
         key = trial.user_attrs.get("grid_point")
@@ -267,31 +288,61 @@ def worker_loop(args: WorkerArgs) -> None:
                     raise optuna.TrialPruned(f"grid point already taken by trial {other.number}")
         point = {a: _decode(a, trial.suggest_categorical(a, [_encode(v) for v in vs])) for a, vs in spec.grid.items()}
         config = spec.config_for(point)
-        tracker = MlflowRunTracker(
-            client, args.experiment_id, args.parent_run_id, run_name=f"trial {trial.number}",
-            tags={"trial_number": str(trial.number), "grid_point": key, "dqnlab.study": spec.study_name},
-        )  # fmt: skip
-        trial.set_user_attr("mlflow_run_id", tracker.run_id)
+        trial.set_user_attr("worker", worker)
         trial.set_user_attr("status", "running")
+        try:
+            tracker = MlflowRunTracker(
+                client, args.experiment_id, args.parent_run_id, run_name=f"trial {trial.number}",
+                tags={"trial_number": str(trial.number), "grid_point": key, "dqnlab.study": spec.study_name,
+                      "dqnlab.worker": worker},
+            )  # fmt: skip
+        except TrackingError as exc:
+            _record_failure(trial, str(exc))
+            raise
+        trial.set_user_attr("mlflow_run_id", tracker.run_id)
         callbacks = [tracker] if args.quiet else [tracker, ConsoleProgress()]
         try:
             result = train(config, callbacks)
         except RunFailed as exc:
-            trial.set_user_attr("status", "failed")
-            trial.set_user_attr("error", str(exc)[:2000])
+            _record_failure(trial, str(exc))
+            if isinstance(exc.__cause__, TrackingError):  # every later trial would fail the same way
+                raise exc.__cause__ from None
             raise
         except KeyboardInterrupt:
             trial.set_user_attr("status", "interrupted")
             raise
         value = objective_value(result, spec.objective)
         trial.set_user_attr("status", result.status)
-        client.log_metric(tracker.run_id, "objective", value if math.isfinite(value) else -1e30)
+        tracker.log_metric("objective", value if math.isfinite(value) else -1e30)
         return value
 
-    while study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-        study.optimize(objective, n_trials=1, catch=(RunFailed,), gc_after_trial=False)
-        if not args.quiet:
-            _print_overall(study, args)
+    with sigterm_as_interrupt():
+        while study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            study.optimize(objective, n_trials=1, catch=(RunFailed,), gc_after_trial=False)
+            if not args.quiet:
+                _print_overall(study, args)
+
+
+def _record_failure(trial, error: str) -> None:
+    trial.set_user_attr("status", "failed")
+    trial.set_user_attr("error", error[:2000])
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """SIGTERM raises KeyboardInterrupt (the Ctrl-C path) for the whole sweep, between trials too."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt("SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def grid_sampler(spec: SweepSpec):
@@ -336,7 +387,7 @@ def run_sweep(
 
     # Set-up is serialised between sweep processes of this machine: Optuna's and MLflow's schema
     # creation on a fresh SQLite file are not safe to run twice at once.
-    with _setup_lock(loc.results):
+    with _setup_lock(loc):
         try:
             storage = make_storage(loc.storage, heartbeat_s, grace_s)
             study = open_study(spec, storage)  # created once, before any trial process starts
@@ -371,18 +422,41 @@ def run_sweep(
                     p.join(10)
         bad = [p.exitcode for p in procs if p.exitcode != 0]
         if bad:
-            raise RuntimeError(f"sweep worker process(es) exited with {bad}")
+            raise SweepFailed(f"sweep worker process(es) exited with {bad}; their errors are printed above")
     return summarise(study, spec)
 
 
+SETUP_LOCK_KEY = 0x64716E6C6162  # "dqnlab": the PostgreSQL advisory lock that serialises sweep set-up
+
+
 @contextlib.contextmanager
-def _setup_lock(results: Path):
-    with open(results / ".setup.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+def _setup_lock(loc: SweepLocations):
+    """Held while a sweep process creates or joins the study. On PostgreSQL it is an advisory lock in
+    the study's database, so sweep processes on different machines queue for it (and a process that
+    dies releases it with its connection); otherwise an flock on the results folder of this machine."""
+    if not loc.storage.startswith("postgresql"):
+        with open(loc.results / ".setup.lock", "w") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+        return
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.pool import NullPool
+
+    engine = create_engine(loc.storage, poolclass=NullPool, connect_args={"connect_timeout": 20})
+    try:
+        conn = engine.connect()
+    except Exception as exc:
+        raise SweepError(f"--storage: cannot open Optuna storage {loc.storage!r}: {exc}") from None
+    try:
+        conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": SETUP_LOCK_KEY})
+        conn.commit()
+        yield
+    finally:
+        conn.close()  # ends the session, which releases the lock
+        engine.dispose()
 
 
 def warn_cpu_budget(spec: SweepSpec, jobs: int) -> None:
@@ -422,8 +496,11 @@ def format_summary(summary: dict[str, Any], loc: SweepLocations, spec: SweepSpec
         lines.append(f"best cell  (mean over {best[2]} seed(s)) {best[0]:9.2f}  {best[1]}")
         lines.append(f"worst cell (mean over {worst[2]} seed(s)) {worst[0]:9.2f}  {worst[1]}")
     lines.append(f"results: {loc.results}")
-    lines.append(f"browse runs:   mlflow ui --backend-store-uri {loc.tracking_uri} --port 5000   (http://127.0.0.1:5000)")
-    lines.append(f"browse study:  pip install optuna-dashboard && optuna-dashboard {loc.storage}")
+    if loc.tracking_uri.startswith("http"):
+        lines.append(f"browse runs:   {loc.tracking_uri}")
+    else:
+        lines.append(f"browse runs:   mlflow ui --backend-store-uri {loc.tracking_uri} --port 5000   (http://127.0.0.1:5000)")
+    lines.append(f"browse study:  optuna-dashboard '{loc.storage}'   (pip install -e '.[cluster]')")
     return "\n".join(lines)
 
 
@@ -540,12 +617,19 @@ def sweep_main(sweep: str, presets: dict[str, Any], default_preset: str, objecti
         print(f"base: {spec.base}")
         print(f"estimated time: {total_s / 60:.1f} min with --jobs {args.jobs} (rough)")
         return 0
+    from dqnlab.tracking import TrackingError
+
     try:
-        summary = run_sweep(spec, loc, jobs=args.jobs, quiet=args.quiet, heartbeat_s=args.heartbeat_s,
-                            grace_s=args.grace_s)  # fmt: skip
+        with sigterm_as_interrupt():
+            summary = run_sweep(spec, loc, jobs=args.jobs, quiet=args.quiet, heartbeat_s=args.heartbeat_s,
+                                grace_s=args.grace_s)  # fmt: skip
     except (SweepError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except (TrackingError, SweepFailed) as exc:
+        print(f"error: {exc}\nthe trial in progress is marked FAIL with this reason; rerun the same command "
+              "(once the store is back) to resume the study", file=sys.stderr)  # fmt: skip
+        return 3
     except KeyboardInterrupt:
         print("interrupted: rerun the same command to resume the study", file=sys.stderr)
         return 130

@@ -21,6 +21,7 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 # An unreachable tracking server should fail a sweep in seconds, not after MLflow's minutes of retries.
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # our summary says where to look
 
 from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
@@ -66,8 +67,16 @@ def get_or_create_parent(client: MlflowClient, experiment_id: str, study_name: s
     return run.info.run_id
 
 
+class TrackingError(RuntimeError):
+    """The MLflow tracking store failed (server gone, database error); the message carries the reason."""
+
+
 class MlflowRunTracker:
-    """Engine callback writing one child run. ``flush_every`` log points are buffered per batch."""
+    """Engine callback writing one child run. ``flush_every`` log points are buffered per batch.
+
+    The first failed call to the store raises :class:`TrackingError` (the engine then stops the run
+    as failed); after that the tracker is broken and its hooks do nothing, so the failure path of
+    the run does not wait on the dead store a second time."""
 
     def __init__(
         self,
@@ -80,17 +89,30 @@ class MlflowRunTracker:
     ):
         self.client = client
         self.flush_every = flush_every
+        self.broken: Exception | None = None
         all_tags = {TAG_ROLE: "trial", "git_commit": git_commit(), **(tags or {})}
         if parent_run_id:
             all_tags[PARENT_TAG] = parent_run_id
-        self.run_id = client.create_run(experiment_id, run_name=run_name, tags=all_tags).info.run_id
+        self.run_id = self._call(client.create_run, experiment_id, run_name=run_name, tags=all_tags).info.run_id
         self._pending: list[Metric] = []
         self._points = 0
+
+    def _call(self, fn, *args, **kwargs):
+        if self.broken is not None:
+            return None
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            self.broken = exc
+            raise TrackingError(f"MLflow tracking store failed ({type(exc).__name__}: {str(exc)[:500]})") from exc
+
+    def log_metric(self, key: str, value: float) -> None:
+        self._call(self.client.log_metric, self.run_id, key, value)
 
     def on_start(self, config: Any) -> None:
         params = [Param(k, _param_str(v)) for k, v in config.to_flat().items()]
         for i in range(0, len(params), PARAMS_PER_BATCH):
-            self.client.log_batch(self.run_id, params=params[i : i + PARAMS_PER_BATCH])
+            self._call(self.client.log_batch, self.run_id, params=params[i : i + PARAMS_PER_BATCH])
 
     def on_log(self, metrics: dict[str, float]) -> None:
         ts = int(time.time() * 1000)
@@ -101,23 +123,25 @@ class MlflowRunTracker:
             self.flush()
 
     def flush(self) -> None:
-        while self._pending:
+        while self._pending and self.broken is None:
             chunk, self._pending = self._pending[:METRICS_PER_BATCH], self._pending[METRICS_PER_BATCH:]
-            self.client.log_batch(self.run_id, metrics=chunk)
+            self._call(self.client.log_batch, self.run_id, metrics=chunk)
 
     def on_end(self, result: Any) -> None:
+        if self.broken is not None:
+            return
         self.flush()
         tags = [RunTag("status", result.status)]
         if result.error:
             tags.append(RunTag("error", result.error[:5000]))
-        self.client.log_batch(self.run_id, tags=tags)
+        self._call(self.client.log_batch, self.run_id, tags=tags)
         with tempfile.TemporaryDirectory() as tmp:
             (Path(tmp) / "config.json").write_text(json.dumps(result.config.to_flat(), indent=2))
             (Path(tmp) / "history.json").write_text(json.dumps(result.history))
             (Path(tmp) / "summary.txt").write_text(result.summary() + "\n")
             for name in ("config.json", "history.json", "summary.txt"):
-                self.client.log_artifact(self.run_id, str(Path(tmp) / name))
-        self.client.set_terminated(self.run_id, STATUS_TO_MLFLOW.get(result.status, "FAILED"))
+                self._call(self.client.log_artifact, self.run_id, str(Path(tmp) / name))
+        self._call(self.client.set_terminated, self.run_id, STATUS_TO_MLFLOW.get(result.status, "FAILED"))
 
 
 def _param_str(value: Any) -> str:
