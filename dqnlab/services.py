@@ -234,7 +234,7 @@ def wait_http(url: str, name: str, log: Path, pid: int, timeout_s: float = 120.0
     """Until ``url`` answers 200; fails early if the server process exited."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if not _alive(pid):
+        if not alive(pid):
             raise ServiceError(f"{name} exited during start-up; see {log}")
         try:
             with urllib.request.urlopen(url, timeout=5) as resp:
@@ -246,7 +246,7 @@ def wait_http(url: str, name: str, log: Path, pid: int, timeout_s: float = 120.0
     raise ServiceError(f"{name} did not answer {url} within {timeout_s:.0f} s; see {log}")
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
@@ -267,12 +267,12 @@ def _stop_group(pid: int, timeout_s: float = 20.0) -> None:
                 os.waitpid(pid, os.WNOHANG)  # reap if it is our child
             except ChildProcessError:
                 pass
-            if not _group_alive(pid):
+            if not group_alive(pid):
                 return
             time.sleep(0.1)
 
 
-def _group_alive(pgid: int) -> bool:
+def group_alive(pgid: int) -> bool:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
@@ -292,7 +292,7 @@ def up(state: ServicesState) -> ServicesState:
     (root / "mlartifacts").mkdir(exist_ok=True)
     previous = load_state(root)
     if previous is not None:
-        if any(_alive(p) for p in previous.pids.values()):
+        if any(alive(p) for p in previous.pids.values()):
             raise ServiceError(f"services under {root} are already running (pids {previous.pids}); "
                                f"run: python -m dqnlab.services down --root {root}")  # fmt: skip
         state.password = previous.password  # the database was initialised with it
@@ -323,7 +323,7 @@ def down(state: ServicesState) -> None:
     """Stop what ``up`` started, HTTP servers first; the data under the root stays."""
     for name in ("dashboard", "mlflow"):
         pid = state.pids.get(name)
-        if pid and _alive(pid):
+        if pid and alive(pid):
             _stop_group(pid)
     stop_postgres(state)
     state.pids = {}
@@ -386,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "env":
             print(exports(state))
         else:
-            running = {n: pid for n, pid in state.pids.items() if _alive(pid)}
+            running = {n: pid for n, pid in state.pids.items() if alive(pid)}
             print(describe(state))
             print(f"running: {running or 'nothing'}")
         return 0

@@ -1,0 +1,218 @@
+"""One study from several sweep processes against real services: PostgreSQL (Debian's package),
+``mlflow server`` on it, optuna-dashboard, and the MLflow UI in headless Chromium.
+
+The services come up with ``python -m dqnlab.services up`` exactly as the README says. Without
+PostgreSQL's server binaries or Chromium the tests skip, unless ``DQNLAB_REQUIRE_SERVICES=1``
+(set by ``.ci/run``, which installs both), where they fail instead.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from dqnlab import services
+from tests.procs import pids_with
+
+REPO = Path(__file__).resolve().parent.parent
+STUDY = "ci-cluster"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--disable-dev-shm-usage", "--window-size=1400,900"]  # fmt: skip
+
+
+def _missing() -> str | None:
+    try:
+        services.find_pg_bin()
+    except services.ServiceError as exc:
+        return str(exc)
+    if _chromium() is None:
+        return "Chromium not found (apt-get install -y chromium)"
+    return None
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+_reason = _missing()
+if _reason and os.environ.get("DQNLAB_REQUIRE_SERVICES") == "1":
+    raise RuntimeError(f"DQNLAB_REQUIRE_SERVICES=1 but {_reason}")
+pytestmark = pytest.mark.skipif(_reason is not None, reason=_reason or "")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dqnlab.services", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    # The PostgreSQL server runs as the 'postgres' user when we are root: it must reach the folder.
+    base = Path(tempfile.mkdtemp(prefix="dqnlab-svc-", dir="/tmp"))
+    base.chmod(0o755)
+    root = base / "svc"
+    up = _cli("up", "--root", str(root), "--pg-port", str(_free_port()), "--mlflow-port", str(_free_port()),
+              "--dashboard-port", str(_free_port()))  # fmt: skip
+    state = services.load_state(root)
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        yield state
+    finally:
+        pids = dict(state.pids) if state else {}
+        down = _cli("down", "--root", str(root))
+        assert down.returncode == 0, down.stdout + down.stderr
+        left = [p for p in pids.values() if services.alive(p) or services.group_alive(p)]
+        left += pids_with(str(root))
+        assert not left, f"service processes left after down: {left}"
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _sweep(state, results: Path, *extra: str) -> subprocess.Popen:
+    cmd = [sys.executable, "sweeps/utd.py", "--preset", "smoke", "--seeds", "2", "--total-steps", "2000",
+           "--study-name", STUDY, "--storage", state.storage, "--tracking-uri", state.tracking_uri,
+           "--results", str(results), "--quiet", "--no-report", *extra]  # fmt: skip
+    return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.fixture(scope="module")
+def study_done(cluster, tmp_path_factory):
+    """Two sweep processes, each with its own results folder (as on two machines), one study."""
+    tmp = tmp_path_factory.mktemp("machines")
+    procs = [_sweep(cluster, tmp / name) for name in ("machine-a", "machine-b")]
+    outputs = []
+    try:
+        for p in procs:
+            out, _ = p.communicate(timeout=420)
+            outputs.append(out)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for p, out in zip(procs, outputs):
+        assert p.returncode == 0, out[-3000:]
+    return cluster
+
+
+def test_every_grid_point_completes_exactly_once_across_processes(study_done):
+    import optuna
+    from optuna.trial import TrialState
+
+    study = optuna.load_study(study_name=STUDY, storage=study_done.storage)
+    trials = study.get_trials(deepcopy=False)
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    keys = collections.Counter(t.user_attrs["grid_point"] for t in complete)
+    assert len(keys) == 4 and set(keys.values()) == {1}, keys
+    # set-up ran once under the advisory lock: the grid was enqueued once, so no duplicate was even created
+    assert not [t for t in trials if "duplicate_of" in t.user_attrs]
+    assert {t.state for t in trials} <= {TrialState.COMPLETE, TrialState.PRUNED}
+    workers = {t.user_attrs["worker"] for t in complete}
+    assert len(workers) == 2, f"both sweep processes should have run trials: {workers}"
+
+
+def test_one_mlflow_child_run_per_completed_trial_under_one_parent(study_done):
+    import optuna
+    from mlflow.tracking import MlflowClient
+    from optuna.trial import TrialState
+
+    client = MlflowClient(study_done.tracking_uri)
+    exp = client.get_experiment_by_name("utd")
+    parents = client.search_runs([exp.experiment_id], f"tags.`dqnlab.role` = 'parent' and tags.`dqnlab.study` = '{STUDY}'")
+    assert len(parents) == 1
+    children = client.search_runs([exp.experiment_id], f"tags.`dqnlab.role` = 'trial' and tags.`dqnlab.study` = '{STUDY}'")
+    study = optuna.load_study(study_name=STUDY, storage=study_done.storage)
+    expected = {t.user_attrs["mlflow_run_id"] for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
+    assert {r.info.run_id for r in children} == expected
+    for run in children:
+        assert run.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
+        assert run.info.status == "FINISHED"
+        history = client.get_metric_history(run.info.run_id, "td_loss")
+        steps = [m.step for m in history]
+        assert len(steps) >= 5 and steps == sorted(steps), steps
+        assert "history.json" in {a.path for a in client.list_artifacts(run.info.run_id)}  # proxied artifacts
+
+
+def test_analysis_report_builds_from_the_server(study_done, tmp_path):
+    out = tmp_path / "report"
+    proc = subprocess.run([sys.executable, "-m", "analysis.report", "--tracking-uri", study_done.tracking_uri,
+                           "--experiment", "utd", "--study", STUDY, "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = (out / "summary.md").read_text()
+    assert "4 runs." in summary
+    assert (out / "learning_curves.png").stat().st_size > 10_000  # drawn from the downloaded histories
+
+
+def test_optuna_dashboard_serves_the_study(study_done):
+    with urllib.request.urlopen(f"{study_done.dashboard_url}/api/studies", timeout=30) as resp:
+        studies = json.load(resp)["study_summaries"]
+    assert STUDY in {s["study_name"] for s in studies}
+
+
+def _browser(url: str, profile: Path, *, dump: bool = True, screenshot: Path | None = None) -> str:
+    cmd = [_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--virtual-time-budget=20000"]
+    cmd += [f"--screenshot={screenshot}"] if screenshot else ["--dump-dom"]
+    proc = subprocess.run([*cmd, url], capture_output=True, text=True, timeout=120)
+    text = re.sub(r"<script.*?</script>|<style.*?</style>", " ", proc.stdout, flags=re.S)
+    return " ".join(re.sub(r"<[^>]+>", " ", text).split())
+
+
+def _page_text(url: str, profile: Path, expect: str, tries: int = 3) -> str:
+    """The rendered text of an MLflow UI page, retried while the single-page app is still loading."""
+    text = ""
+    for _ in range(tries):
+        text = _browser(url, profile)
+        if expect in text:
+            break
+        time.sleep(2)
+    return text
+
+
+def test_mlflow_ui_shows_the_experiment_and_its_runs_in_chromium(study_done, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(study_done.tracking_uri)
+    exp = client.get_experiment_by_name("utd")
+    runs = client.search_runs([exp.experiment_id])
+    base = f"{study_done.tracking_uri}/#/experiments/{exp.experiment_id}"
+    profile = tmp_path / "chromium-profile"
+
+    listing = _page_text(f"{base}/runs", profile, expect=STUDY)
+    assert "utd" in listing and STUDY in listing, listing[:2000]
+    counted = re.search(r"(\d+) matching runs", listing)
+    assert counted and int(counted.group(1)) == len(runs), listing[:2000]  # parent + every trial run
+
+    for run in runs:
+        if run.data.tags.get("dqnlab.role") != "trial":
+            continue
+        page = _page_text(f"{base}/runs/{run.info.run_id}", profile, expect="td_loss")
+        assert run.info.run_name in page and "td_loss" in page and "utd_realised" in page, page[:2000]
+
+    flt = urllib.parse.quote(f"tags.`dqnlab.study` = '{STUDY}'")
+    shot = tmp_path / "mlflow-ui.png"
+    _browser(f"{base}/runs?searchFilter={flt}", profile, screenshot=shot)
+    assert shot.stat().st_size > 20_000
+    keep = os.environ.get("DQNLAB_CI_ARTIFACTS")
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, Path(keep) / "mlflow-ui.png")
