@@ -30,7 +30,7 @@ from dqnlab.tracking import MlflowClient, MlflowRunTracker, get_or_create_experi
 def recorded_result(log_points: int) -> RunResult:
     """A short real run; its final values of every metric, repeated ``log_points`` times with increasing steps."""
     config = Config.from_flat(env_id="CartPole-v1", total_env_steps=600, learning_starts=200, log_every=200,
-                              eval_every_steps=400, eval_episodes=1, num_workers=1, mode="serial", probe_size=32)  # fmt: skip
+                              eval_every_steps=400, eval_episodes=1, mode="serial", probe_size=32)  # fmt: skip
     result = train(config)
     history = [{**result.final, "env_steps": float(i * 250)} for i in range(log_points)]
     return RunResult("completed", config, history, dict(history[-1]), None, 1.0)

@@ -201,25 +201,26 @@ def create_optuna_schema(state: ServicesState) -> None:
 
 
 # --- HTTP services -------------------------------------------------------------------------------
-def _spawn(name: str, cmd: list[str], state: ServicesState) -> None:
-    """Start a server in its own session (so ``down`` stops its whole process group); log under root."""
+def spawn(name: str, cmd: list[str], root: Path) -> int:
+    """Start a server in its own session (so :func:`stop_group` stops its whole process group),
+    logging to ``root/<name>.log``; returns its pid."""
     # MLflow's job runner (GenAI evaluation jobs: eight more processes) is of no use to a sweep.
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_DISABLE_TELEMETRY": "true"}
-    log = open(Path(state.root) / f"{name}.log", "ab")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                            cwd=state.root, env=env)  # fmt: skip
-    log.close()
-    state.pids[name] = proc.pid
+    with open(Path(root) / f"{name}.log", "ab") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, cwd=root, env=env)  # fmt: skip
+    return proc.pid
 
 
-def mlflow_command(state: ServicesState) -> list[str]:
-    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", state.database_uri("mlflow"),
-           "--serve-artifacts", "--artifacts-destination", str(Path(state.root) / "mlartifacts"),
-           "--host", state.host, "--port", str(state.mlflow_port), "--workers", "2"]  # fmt: skip
-    if state.allowed_hosts:
-        cmd += ["--allowed-hosts", state.allowed_hosts]
-    if state.cors_allowed_origins:
-        cmd += ["--cors-allowed-origins", state.cors_allowed_origins]
+def mlflow_server_command(backend_uri: str, artifacts: Path, host: str, port: int, allowed_hosts: str | None = None,
+                          cors_allowed_origins: str | None = None) -> list[str]:  # fmt: skip
+    """``mlflow server`` on ``backend_uri`` with artifacts proxied to the folder ``artifacts``."""
+    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_uri, "--serve-artifacts",
+           "--artifacts-destination", str(artifacts), "--host", host, "--port", str(port), "--workers", "2"]  # fmt: skip
+    if allowed_hosts:
+        cmd += ["--allowed-hosts", allowed_hosts]
+    if cors_allowed_origins:
+        cmd += ["--cors-allowed-origins", cors_allowed_origins]
     return cmd
 
 
@@ -254,7 +255,7 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def _stop_group(pid: int, timeout_s: float = 20.0) -> None:
+def stop_group(pid: int, timeout_s: float = 20.0) -> None:
     """SIGTERM the process group led by ``pid``, SIGKILL what is left after ``timeout_s``."""
     for sig, wait in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 5.0)):
         try:
@@ -305,11 +306,13 @@ def up(state: ServicesState) -> ServicesState:
         save_state(state)
         create_databases(state)
         create_optuna_schema(state)
-        _spawn("mlflow", mlflow_command(state), state)
+        state.pids["mlflow"] = spawn("mlflow", mlflow_server_command(
+            state.database_uri("mlflow"), root / "mlartifacts", state.host, state.mlflow_port, state.allowed_hosts,
+            state.cors_allowed_origins), root)  # fmt: skip
         save_state(state)
         wait_http(f"{state.tracking_uri}/health", "mlflow server", root / "mlflow.log", state.pids["mlflow"])
         if state.dashboard:
-            _spawn("dashboard", dashboard_command(state), state)
+            state.pids["dashboard"] = spawn("dashboard", dashboard_command(state), root)
             save_state(state)
             wait_http(f"{state.dashboard_url}/api/studies", "optuna-dashboard", root / "dashboard.log",
                       state.pids["dashboard"])  # fmt: skip
@@ -324,7 +327,7 @@ def down(state: ServicesState) -> None:
     for name in ("dashboard", "mlflow"):
         pid = state.pids.get(name)
         if pid and alive(pid):
-            _stop_group(pid)
+            stop_group(pid)
     stop_postgres(state)
     state.pids = {}
     if (Path(state.root) / STATE_FILE).exists():

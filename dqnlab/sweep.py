@@ -217,15 +217,22 @@ def top_up_queue(study, spec: SweepSpec) -> int:
 
 
 def mark_killed_runs(study, client) -> None:
-    """MLflow runs of trials that died with their process (still RUNNING there) become KILLED."""
+    """MLflow runs of FAIL trials still RUNNING there (their process died, or the tracking store
+    was down when the trial failed) get their end state: KILLED, or FAILED with the trial's error."""
     from optuna.trial import TrialState
 
     for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
         run_id = t.user_attrs.get("mlflow_run_id")
-        if not run_id or t.user_attrs.get("status") not in (None, "running"):
+        if not run_id:
             continue
         try:
-            if client.get_run(run_id).info.status == "RUNNING":
+            if client.get_run(run_id).info.status != "RUNNING":
+                continue
+            if t.user_attrs.get("status") == "failed":
+                client.set_tag(run_id, "status", "failed")
+                client.set_tag(run_id, "error", t.user_attrs.get("error", "")[:5000])
+                client.set_terminated(run_id, "FAILED")
+            else:
                 client.set_tag(run_id, "status", "killed")
                 client.set_terminated(run_id, "KILLED")
         except Exception:  # a run we cannot read is left as it is
@@ -303,17 +310,20 @@ def worker_loop(args: WorkerArgs) -> None:
         callbacks = [tracker] if args.quiet else [tracker, ConsoleProgress()]
         try:
             result = train(config, callbacks)
+            value = objective_value(result, spec.objective)
+            tracker.log_metric("objective", value if math.isfinite(value) else -1e30)
         except RunFailed as exc:
             _record_failure(trial, str(exc))
             if isinstance(exc.__cause__, TrackingError):  # every later trial would fail the same way
                 raise exc.__cause__ from None
             raise
+        except TrackingError as exc:  # before or after the engine's own failure handling
+            _record_failure(trial, str(exc))
+            raise
         except KeyboardInterrupt:
             trial.set_user_attr("status", "interrupted")
             raise
-        value = objective_value(result, spec.objective)
         trial.set_user_attr("status", result.status)
-        tracker.log_metric("objective", value if math.isfinite(value) else -1e30)
         return value
 
     with sigterm_as_interrupt():
@@ -388,19 +398,19 @@ def run_sweep(
     # Set-up is serialised between sweep processes of this machine: Optuna's and MLflow's schema
     # creation on a fresh SQLite file are not safe to run twice at once.
     with _setup_lock(loc):
+        client = MlflowClient(loc.tracking_uri)
+        try:  # first, so that an unreachable server writes nothing to the study
+            experiment_id = get_or_create_experiment(client, spec.sweep, loc.artifacts)
+        except Exception as exc:  # unreachable server, bad database
+            raise SweepError(f"--tracking-uri: cannot reach MLflow at {loc.tracking_uri!r}: {exc}") from None
         try:
             storage = make_storage(loc.storage, heartbeat_s, grace_s)
             study = open_study(spec, storage)  # created once, before any trial process starts
         except Exception as exc:  # sqlalchemy OperationalError, missing driver, ...
             raise SweepError(f"--storage: cannot open Optuna storage {loc.storage!r}: {exc}") from None
         optuna.storages.fail_stale_trials(study)
-        client = MlflowClient(loc.tracking_uri)
         mark_killed_runs(study, client)
         top_up_queue(study, spec)
-        try:
-            experiment_id = get_or_create_experiment(client, spec.sweep, loc.artifacts)
-        except Exception as exc:  # unreachable server, bad database
-            raise SweepError(f"--tracking-uri: cannot reach MLflow at {loc.tracking_uri!r}: {exc}") from None
         parent = get_or_create_parent(client, experiment_id, spec.study_name, {"git_commit": git_commit()})
         grid_tag = json.dumps({a: [_encode(v) for v in vs] for a, vs in spec.grid.items()})[:5000]
         client.set_tag(parent, "grid", grid_tag)

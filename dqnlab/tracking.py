@@ -72,7 +72,8 @@ class TrackingError(RuntimeError):
 
 
 class MlflowRunTracker:
-    """Engine callback writing one child run. ``flush_every`` log points are buffered per batch.
+    """Engine callback writing one child run. Log points are buffered and sent every ``flush_every``
+    points or ``flush_every_s`` seconds, whichever comes first (so the UI shows a long run live).
 
     The first failed call to the store raises :class:`TrackingError` (the engine then stops the run
     as failed); after that the tracker is broken and its hooks do nothing, so the failure path of
@@ -86,9 +87,12 @@ class MlflowRunTracker:
         run_name: str,
         tags: dict[str, str] | None = None,
         flush_every: int = 200,
+        flush_every_s: float = 10.0,
     ):
         self.client = client
         self.flush_every = flush_every
+        self.flush_every_s = flush_every_s
+        self._last_flush = time.monotonic()
         self.broken: Exception | None = None
         all_tags = {TAG_ROLE: "trial", "git_commit": git_commit(), **(tags or {})}
         if parent_run_id:
@@ -119,10 +123,11 @@ class MlflowRunTracker:
         step = int(metrics.get("env_steps", 0))
         self._pending.extend(Metric(k, float(v), ts, step) for k, v in metrics.items())
         self._points += 1
-        if self._points % self.flush_every == 0:
+        if self._points % self.flush_every == 0 or time.monotonic() - self._last_flush >= self.flush_every_s:
             self.flush()
 
     def flush(self) -> None:
+        self._last_flush = time.monotonic()
         while self._pending and self.broken is None:
             chunk, self._pending = self._pending[:METRICS_PER_BATCH], self._pending[METRICS_PER_BATCH:]
             self._call(self.client.log_batch, self.run_id, metrics=chunk)

@@ -133,3 +133,135 @@ def test_every_cli_flag_rejects_a_wrong_value_before_running(field, capsys):
     assert code == 2
     err = capsys.readouterr().err
     assert field.replace("_", "-") in err or field in err, err
+
+
+# --- stores that are unreachable or fail mid-sweep, SIGTERM to a multi-process sweep ------------
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _mlflow_server(root: Path, port: int) -> int:
+    """A real ``mlflow server`` on an SQLite file under ``root``; returns its pid once it answers."""
+    from dqnlab import services
+
+    cmd = services.mlflow_server_command(f"sqlite:///{root / 'mlflow.db'}", root / "mlartifacts", "127.0.0.1", port)
+    pid = services.spawn("mlflow", cmd, root)
+    services.wait_http(f"http://127.0.0.1:{port}/health", "mlflow server", root / "mlflow.log", pid)
+    return pid
+
+
+def _trial_attrs(results: Path) -> list[tuple[str, dict]]:
+    import json
+
+    with sqlite3.connect(results / "optuna.db") as db:
+        trials = db.execute("select trial_id, state from trials order by number").fetchall()
+        out = []
+        for trial_id, state in trials:
+            rows = db.execute("select key, value_json from trial_user_attributes where trial_id = ?", (trial_id,))
+            out.append((state, {k: json.loads(v) for k, v in rows}))
+    return out
+
+
+def _wait_for_running_trial(results: Path, proc: subprocess.Popen, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if (results / "optuna.db").exists() and any(s == "RUNNING" for s, _ in _trial_states(results)):
+                return
+        except sqlite3.OperationalError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError("no trial started")
+
+
+def test_tracking_server_dying_mid_sweep_fails_the_trial_with_the_reason_and_a_rerun_resumes(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from dqnlab import services
+
+    server_root, results = tmp_path / "server", tmp_path / "results"
+    server_root.mkdir()
+    port = _free_port()
+    pid = _mlflow_server(server_root, port)
+    args = [sys.executable, str(ROOT / "sweeps" / "utd.py"), "--preset", "smoke", "--quiet", "--no-report",
+            "--results", str(results), "--tracking-uri", f"http://127.0.0.1:{port}", "--axis", "utd=1",
+            "--seeds", "2", "--total-steps", "8000"]  # fmt: skip
+    try:
+        proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        _wait_for_running_trial(results, proc)
+        time.sleep(1.0)
+        services.stop_group(pid)  # the store goes away mid-trial
+        start = time.monotonic()
+        _, err = proc.communicate(timeout=120)
+        print(f"tracking server killed mid-trial: sweep stopped {time.monotonic() - start:.1f} s later")
+        assert time.monotonic() - start < 60
+        assert proc.returncode == 3, err[-2000:]
+        assert "MLflow tracking store failed" in err and "rerun the same command" in err
+        (state, attrs), *_ = _trial_attrs(results)
+        assert state == "FAIL" and attrs["status"] == "failed", err[-3000:]
+        assert "MLflow tracking store failed" in attrs["error"]
+        assert pids_with(str(results)) == [], "actors outlived the sweep"
+
+        pid = _mlflow_server(server_root, port)  # the store is back: a rerun resumes
+        rerun = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert rerun.returncode == 0, rerun.stderr[-2000:]
+        assert [s for s, _ in _trial_attrs(results)].count("COMPLETE") == 2
+        client = MlflowClient(f"http://127.0.0.1:{port}")
+        exp = client.get_experiment_by_name("utd")
+        trial_runs = [r for r in client.search_runs([exp.experiment_id]) if r.data.tags.get("dqnlab.role") == "trial"]
+        # the run that was cut off is closed as FAILED, with the reason, when the study resumes
+        assert sorted(r.info.status for r in trial_runs) == ["FAILED", "FINISHED", "FINISHED"]
+        failed = next(r for r in trial_runs if r.info.status == "FAILED")
+        assert "MLflow tracking store failed" in failed.data.tags["error"]
+    finally:
+        services.stop_group(pid)
+
+
+def test_an_unreachable_tracking_server_fails_fast_and_opens_no_study(tmp_path):
+    args = [sys.executable, str(ROOT / "sweeps" / "utd.py"), "--preset", "smoke", "--quiet", "--results",
+            str(tmp_path), "--tracking-uri", f"http://127.0.0.1:{_free_port()}"]  # fmt: skip
+    start = time.monotonic()
+    res = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    print(f"unreachable tracking server: exit {res.returncode} after {time.monotonic() - start:.1f} s")
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert "--tracking-uri: cannot reach MLflow at 'http://127.0.0.1:" in res.stderr
+    assert not (tmp_path / "optuna.db").exists(), "nothing is written to the study before the store answers"
+
+
+def test_sigterm_between_trials_is_the_ctrl_c_path():
+    import os
+
+    from dqnlab.sweep import sigterm_as_interrupt
+
+    before = signal.getsignal(signal.SIGTERM)
+    with sigterm_as_interrupt():
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_sigterm_to_a_multi_process_sweep_stops_every_process_and_a_rerun_completes(tmp_path):
+    args = [sys.executable, str(ROOT / "sweeps" / "utd.py"), "--preset", "smoke", "--quiet", "--no-report",
+            "--results", str(tmp_path), "--axis", "utd=1,2", "--total-steps", "6000", "--jobs", "2"]  # fmt: skip
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for_running_trial(tmp_path, proc)
+    time.sleep(2.0)
+    proc.send_signal(signal.SIGTERM)
+    start = time.monotonic()
+    _, err = proc.communicate(timeout=60)
+    print(f"SIGTERM to a --jobs 2 sweep: exit {proc.returncode} after {time.monotonic() - start:.1f} s")
+    assert proc.returncode == 130, err[-2000:]
+    time.sleep(0.5)
+    # trial processes (spawned) and their actors (forked) all have command lines naming tmp_path
+    assert pids_with(str(tmp_path)) == [], "sweep workers or actors outlived the sweep"
+    statuses = [(s, a.get("status")) for s, a in _trial_attrs(tmp_path)]
+    assert ("FAIL", "interrupted") in statuses, statuses
+    assert not [s for s, _ in statuses if s == "RUNNING"], statuses
+    rerun = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert [s for s, _ in _trial_attrs(tmp_path)].count("COMPLETE") == 2

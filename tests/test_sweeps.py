@@ -141,6 +141,13 @@ def test_sigkill_mid_trial_then_rerun_completes_every_point_exactly_once(tmp_pat
     _, runs = mlflow_runs(tmp_path)
     trial_runs = [r for r in runs if r.data.tags.get("dqnlab.role") == "trial"]
     assert sorted(r.info.status for r in trial_runs) == ["FINISHED", "FINISHED", "KILLED"]
+    # the analysis counts the killed-and-rerun point once, with its finished run
+    from analysis.load import load
+
+    table, histories = load(f"sqlite:///{tmp_path / 'mlflow.db'}", "utd", "utd-smoke")
+    assert len(table) == 2 and table["grid_point"].is_unique
+    assert set(table["mlflow_status"]) == {"FINISHED"}
+    assert set(histories["run_id"]) == set(table["run_id"])
 
 
 def test_unreachable_storage_fails_fast_with_a_clear_error(tmp_path):
