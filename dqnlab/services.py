@@ -342,6 +342,8 @@ def describe(state: ServicesState) -> str:
     if state.dashboard:
         lines.append(f"optuna dashboard: {state.dashboard_url}")
     lines.append(f"run a sweep:     python sweeps/utd.py --storage '{state.storage}' --tracking-uri {state.tracking_uri}")
+    if state.host not in LOOPBACK:
+        lines.append(f"other machines:  the same URIs with this machine's address (services bound to {state.host})")
     return "\n".join(lines)
 
 
