@@ -121,6 +121,7 @@ def test_kill_9_of_a_worker_fails_the_run_within_5_s_naming_it(leak_guard):
     with pytest.raises(RunFailed) as err:
         train(small(total_env_steps=10**6, utd=0.25), [Killer(), recorder])
     elapsed = time.monotonic() - killed["t"]
+    print(f"kill -9 of an actor: run failed {elapsed:.2f} s later")
     assert elapsed < 5.0
     assert "worker 1" in str(err.value) and "SIGKILL" in str(err.value)
     assert err.value.result.status == "failed"

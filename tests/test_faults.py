@@ -51,6 +51,7 @@ def test_a_hung_actor_fails_the_run_within_its_timeout_naming_it(leak_guard):
     start = time.monotonic()
     with pytest.raises(RunFailed, match=r"worker \d .*hung: no heartbeat"):
         train(config)
+    print(f"hung actor (worker_timeout_s 2): run failed {time.monotonic() - start:.1f} s after start")
     assert time.monotonic() - start < 15
 
 
@@ -69,6 +70,7 @@ def test_signal_to_a_training_run_stops_it_cleanly(tmp_path, sig):
     proc.send_signal(sig)
     start = time.monotonic()
     _, err = proc.communicate(timeout=20)
+    print(f"signal {sig!r} to dqnlab.train: exit {proc.returncode} after {time.monotonic() - start:.2f} s")
     assert time.monotonic() - start < 10
     assert proc.returncode == 130, err[-2000:]
     time.sleep(0.5)
@@ -98,7 +100,9 @@ def test_ctrl_c_or_sigterm_to_a_sweep_marks_the_trial_and_a_rerun_completes_the_
         time.sleep(0.2)
     time.sleep(2.0)
     proc.send_signal(sig)
+    start = time.monotonic()
     _, err = proc.communicate(timeout=30)
+    print(f"signal {sig!r} to a sweep: exit {proc.returncode} after {time.monotonic() - start:.2f} s")
     assert proc.returncode == 130, err[-2000:]
     states = _trial_states(tmp_path)
     assert ("FAIL", '"interrupted"') in states, states
