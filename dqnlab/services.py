@@ -170,8 +170,9 @@ def start_postgres(state: ServicesState) -> None:
 
 def stop_postgres(state: ServicesState) -> None:
     data = Path(state.root) / "pg"
-    if not (data / "postmaster.pid").exists():
-        return
+    pid_file = data / "postmaster.pid"
+    if not pid_file.exists() or not alive(int(pid_file.read_text().splitlines()[0])):
+        return  # not running (a stale pid file is cleared by the next start)
     _run_pg([str(Path(state.pg_bin) / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "-t", "60", "stop"],
             _pg_user(), Path(state.root) / "pg.log")  # fmt: skip
 

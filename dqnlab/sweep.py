@@ -327,10 +327,34 @@ def worker_loop(args: WorkerArgs) -> None:
         return value
 
     with sigterm_as_interrupt():
-        while study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-            study.optimize(objective, n_trials=1, catch=(RunFailed,), gc_after_trial=False)
-            if not args.quiet:
-                _print_overall(study, args)
+        try:
+            while study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+                study.optimize(objective, n_trials=1, catch=(RunFailed,), gc_after_trial=False)
+                if not args.quiet:
+                    _print_overall(study, args)
+        except Exception as exc:
+            cause = storage_failure(exc)
+            if cause is None:
+                raise
+            raise SweepFailed(
+                f"Optuna storage failed ({type(cause).__name__}: {str(cause).strip()[:300]}); the trial in progress "
+                f"stays RUNNING in the study and is run again once its heartbeat is older than --grace-s"
+            ) from exc
+
+
+def storage_failure(exc: BaseException) -> BaseException | None:
+    """The database error behind ``exc`` (Optuna may raise another error while handling it), or None."""
+    import optuna
+    from sqlalchemy.exc import SQLAlchemyError
+
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, SQLAlchemyError | optuna.exceptions.StorageInternalError):
+            inner = exc.__cause__
+            return inner if isinstance(inner, SQLAlchemyError) else exc
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def _record_failure(trial, error: str) -> None:
@@ -637,8 +661,9 @@ def sweep_main(sweep: str, presets: dict[str, Any], default_preset: str, objecti
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except (TrackingError, SweepFailed) as exc:
-        print(f"error: {exc}\nthe trial in progress is marked FAIL with this reason; rerun the same command "
-              "(once the store is back) to resume the study", file=sys.stderr)  # fmt: skip
+        what = "" if isinstance(exc, SweepFailed) else "\nthe trial in progress is marked FAIL with this reason;"
+        print(f"error: {exc}{what}\nrerun the same command (once the store is back) to resume the study",
+              file=sys.stderr)  # fmt: skip
         return 3
     except KeyboardInterrupt:
         print("interrupted: rerun the same command to resume the study", file=sys.stderr)

@@ -24,11 +24,20 @@ pytest_plugins = ["pytester"]
 TAG = "DQNLAB_TEST_TAG"
 
 
-def _shm_entries() -> set[str]:
+# /dev/shm entries that are not ours: the database server of tests/test_cluster.py's module-scoped
+# cluster (which checks itself that they are gone once the cluster is down).
+FOREIGN_SHM_PREFIXES = ("PostgreSQL.",)
+
+
+def _shm_entries(prefixes: tuple[str, ...] | None = None) -> set[str]:
+    """Entries of /dev/shm; with ``prefixes``, only those; without, all but the foreign ones."""
     try:
-        return set(os.listdir("/dev/shm"))
+        names = set(os.listdir("/dev/shm"))
     except FileNotFoundError:
         return set()
+    if prefixes is not None:
+        return {n for n in names if n.startswith(prefixes)}
+    return {n for n in names if not n.startswith(FOREIGN_SHM_PREFIXES)}
 
 
 def _proc_stat(pid: str) -> list[str] | None:

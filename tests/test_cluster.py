@@ -23,6 +23,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import FOREIGN_SHM_PREFIXES, _shm_entries
 
 from dqnlab import services
 from tests.procs import pids_with
@@ -71,6 +72,7 @@ def cluster():
     base = Path(tempfile.mkdtemp(prefix="dqnlab-svc-", dir="/tmp"))
     base.chmod(0o755)
     root = base / "svc"
+    shm_before = _shm_entries(FOREIGN_SHM_PREFIXES)
     up = _cli("up", "--root", str(root), "--pg-port", str(_free_port()), "--mlflow-port", str(_free_port()),
               "--dashboard-port", str(_free_port()))  # fmt: skip
     state = services.load_state(root)
@@ -84,6 +86,7 @@ def cluster():
         left = [p for p in pids.values() if services.alive(p) or services.group_alive(p)]
         left += pids_with(str(root))
         assert not left, f"service processes left after down: {left}"
+        assert _shm_entries(FOREIGN_SHM_PREFIXES) <= shm_before, "PostgreSQL left shared memory in /dev/shm"
         shutil.rmtree(base, ignore_errors=True)
 
 
@@ -216,3 +219,57 @@ def test_mlflow_ui_shows_the_experiment_and_its_runs_in_chromium(study_done, tmp
     if keep:
         Path(keep).mkdir(parents=True, exist_ok=True)
         shutil.copy(shot, Path(keep) / "mlflow-ui.png")
+
+
+def _restart_postgres(state) -> None:
+    """The restarted server belongs to the module's cluster, not to the test: it must not carry the
+    test's leak-guard tag (the guard would take it for a leak)."""
+    from conftest import TAG
+
+    tag = os.environ.pop(TAG, None)
+    try:
+        services.start_postgres(state)
+    finally:
+        if tag is not None:
+            os.environ[TAG] = tag
+
+
+def test_postgres_going_away_mid_sweep_stops_it_and_a_rerun_resumes(cluster, tmp_path):
+    """Last in this module: it stops and restarts the database under the running MLflow server."""
+    import optuna
+    from optuna.trial import TrialState
+
+    study_name = "ci-pg-outage"
+    extra = ("--study-name", study_name, "--axis", "utd=1", "--total-steps", "8000", "--heartbeat-s", "2",
+             "--grace-s", "5")  # fmt: skip
+    proc = _sweep(cluster, tmp_path / "a", *extra)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                study = optuna.load_study(study_name=study_name, storage=cluster.storage)
+                if study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+                    break
+            except KeyError:  # not created yet
+                pass
+            time.sleep(0.5)
+        time.sleep(2.0)
+        services.stop_postgres(cluster)
+        start = time.monotonic()
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        _restart_postgres(cluster)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    print(f"PostgreSQL stopped mid-trial: sweep exited {proc.returncode} after {time.monotonic() - start:.1f} s")
+    assert proc.returncode == 3, out[-3000:]
+    assert "Optuna storage failed" in out and "rerun the same command" in out
+    time.sleep(6)  # past --grace-s: the cut-off trial is stale
+    rerun = _sweep(cluster, tmp_path / "b", *extra)
+    out, _ = rerun.communicate(timeout=300)
+    assert rerun.returncode == 0, out[-3000:]
+    study = optuna.load_study(study_name=study_name, storage=cluster.storage)
+    complete = [t.user_attrs["grid_point"] for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
+    assert len(complete) == 2 and len(set(complete)) == 2
+    assert [t.state for t in study.get_trials(deepcopy=False)].count(TrialState.FAIL) == 1  # the cut-off one
