@@ -212,13 +212,17 @@ def test_mlflow_ui_shows_the_experiment_and_its_runs_in_chromium(study_done, tmp
         assert run.info.run_name in page and "td_loss" in page and "utd_realised" in page, page[:2000]
 
     flt = urllib.parse.quote(f"tags.`dqnlab.study` = '{STUDY}'")
-    shot = tmp_path / "mlflow-ui.png"
-    _browser(f"{base}/runs?searchFilter={flt}", profile, screenshot=shot)
-    assert shot.stat().st_size > 20_000
+    trial = next(r for r in runs if r.data.tags.get("dqnlab.role") == "trial")
+    shots = {"mlflow-ui-runs.png": f"{base}/runs?searchFilter={flt}",
+             "mlflow-ui-trial.png": f"{base}/runs/{trial.info.run_id}"}  # fmt: skip
     keep = os.environ.get("DQNLAB_CI_ARTIFACTS")
-    if keep:
-        Path(keep).mkdir(parents=True, exist_ok=True)
-        shutil.copy(shot, Path(keep) / "mlflow-ui.png")
+    for name, url in shots.items():
+        shot = tmp_path / name
+        _browser(url, profile, screenshot=shot)
+        assert shot.stat().st_size > 20_000
+        if keep:
+            Path(keep).mkdir(parents=True, exist_ok=True)
+            shutil.copy(shot, Path(keep) / name)
 
 
 def _restart_postgres(state) -> None:
