@@ -101,7 +101,12 @@ def save_state(state: ServicesState) -> None:
 # --- PostgreSQL ----------------------------------------------------------------------------------
 def find_pg_bin(explicit: str | None = None) -> Path:
     """The folder holding initdb and pg_ctl: ``explicit``, ``pg_config --bindir``, or Debian's layout."""
-    candidates = [explicit] if explicit else []
+    if explicit:
+        if (Path(explicit) / "initdb").exists() and (Path(explicit) / "pg_ctl").exists():
+            return Path(explicit)
+        raise ServiceError(f"--pg-bin: {explicit} holds no initdb and pg_ctl; allowed: a PostgreSQL bin folder "
+                           "such as /usr/lib/postgresql/15/bin")  # fmt: skip
+    candidates = []
     if shutil.which("pg_config"):
         out = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True)
         candidates.append(out.stdout.strip())
@@ -290,6 +295,7 @@ def group_alive(pgid: int) -> bool:
 def up(state: ServicesState) -> ServicesState:
     """Start PostgreSQL, create the databases, start the MLflow server (and the dashboard)."""
     root = Path(state.root)
+    state.pg_bin = str(find_pg_bin(state.pg_bin or None))  # before anything is written
     root.mkdir(parents=True, exist_ok=True)
     (root / "mlartifacts").mkdir(exist_ok=True)
     previous = load_state(root)
@@ -299,7 +305,6 @@ def up(state: ServicesState) -> ServicesState:
                                f"run: python -m dqnlab.services down --root {root}")  # fmt: skip
         state.password = previous.password  # the database was initialised with it
     state.password = state.password or secrets.token_urlsafe(18)
-    state.pg_bin = str(find_pg_bin(state.pg_bin or None))
     state.pids = {}
     try:
         init_postgres(state)

@@ -90,6 +90,13 @@ def cluster():
         shutil.rmtree(base, ignore_errors=True)
 
 
+def test_up_on_a_running_cluster_is_refused_and_leaves_it_running(cluster):
+    again = _cli("up", "--root", cluster.root)
+    assert again.returncode == 2 and "already running" in again.stderr, again.stderr
+    status = _cli("status", "--root", cluster.root)
+    assert status.returncode == 0 and "'mlflow'" in status.stdout and "'postgres'" in status.stdout, status.stdout
+
+
 def _sweep(state, results: Path, *extra: str) -> subprocess.Popen:
     cmd = [sys.executable, "sweeps/utd.py", "--preset", "smoke", "--seeds", "2", "--total-steps", "2000",
            "--study-name", STUDY, "--storage", state.storage, "--tracking-uri", state.tracking_uri,
