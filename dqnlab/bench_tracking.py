@@ -14,6 +14,7 @@ The server path starts its own temporary cluster with :mod:`dqnlab.services` on 
 from __future__ import annotations
 
 import argparse
+import shutil
 import socket
 import statistics
 import tempfile
@@ -78,18 +79,22 @@ def main(argv: list[str] | None = None) -> int:
     metrics = len(result.history[0])
     print(f"per trial: {args.log_points} log points x {metrics} metrics, 40 params, 3 artifacts")
     rows = []
-    base = Path(tempfile.mkdtemp(prefix="dqnlab-bench-", dir="/tmp"))
+    base = Path(tempfile.mkdtemp(prefix="dqnlab-bench-", dir="/tmp"))  # reachable by the 'postgres' user
     base.chmod(0o755)
-    sqlite_times = time_trials(f"sqlite:///{base / 'optuna.db'}", f"sqlite:///{base / 'mlflow.db'}",
-                               base / "mlartifacts", result, args.trials)  # fmt: skip
-    rows.append(("sqlite files (default)", sqlite_times))
-    state = services.ServicesState(str(base / "svc"), pg_port=_free_port(), mlflow_port=_free_port(), dashboard=False)
-    services.up(state)
     try:
-        server_times = time_trials(state.storage, state.tracking_uri, None, result, args.trials)
-        rows.append(("postgresql + mlflow server", server_times))
+        sqlite_times = time_trials(f"sqlite:///{base / 'optuna.db'}", f"sqlite:///{base / 'mlflow.db'}",
+                                   base / "mlartifacts", result, args.trials)  # fmt: skip
+        rows.append(("sqlite files (default)", sqlite_times))
+        state = services.ServicesState(str(base / "svc"), pg_port=_free_port(), mlflow_port=_free_port(),
+                                       dashboard=False)  # fmt: skip
+        services.up(state)
+        try:
+            server_times = time_trials(state.storage, state.tracking_uri, None, result, args.trials)
+            rows.append(("postgresql + mlflow server", server_times))
+        finally:
+            services.down(state)
     finally:
-        services.down(state)
+        shutil.rmtree(base, ignore_errors=True)
     ref = statistics.median(sqlite_times)
     print(f"{'backend':<28} {'median s/trial':>15} {'min':>7} {'max':>7} {'vs sqlite':>10}")
     for name, times in rows:
