@@ -124,7 +124,8 @@ class AgentConfig:
         )
         _require(0.0 <= self.gamma < 1.0, "gamma", "a float in [0, 1)", self.gamma)
         _require(math.isfinite(self.lr) and self.lr > 0, "lr", "a finite float > 0", self.lr)
-        _require(self.max_grad_norm > 0, "max_grad_norm", "a float > 0", self.max_grad_norm)
+        _require(math.isfinite(self.max_grad_norm) and self.max_grad_norm > 0, "max_grad_norm",
+                 "a finite float > 0 (1e30: no clipping)", self.max_grad_norm)
         _require(self.target_period >= 1, "target_period", "an int >= 1", self.target_period)
         _require(0.0 < self.tau <= 1.0, "tau", "a float in (0, 1]", self.tau)
         _require(self.reset_every >= 1, "reset_every", "an int >= 1", self.reset_every)
@@ -138,7 +139,8 @@ class AgentConfig:
             self.epsilon_end,
         )
         _require(self.epsilon_decay_steps >= 1, "epsilon_decay_steps", "an int >= 1", self.epsilon_decay_steps)
-        _require(self.epsilon_alpha >= 0, "epsilon_alpha", "a float >= 0", self.epsilon_alpha)
+        _require(math.isfinite(self.epsilon_alpha) and self.epsilon_alpha >= 0, "epsilon_alpha", "a finite float >= 0",
+                 self.epsilon_alpha)
 
 
 @dataclass(frozen=True)
@@ -178,7 +180,8 @@ class RunConfig:
         _require(self.total_env_steps >= 1, "total_env_steps", "an int >= 1", self.total_env_steps)
         _require(self.learning_starts >= 0, "learning_starts", "an int >= 0", self.learning_starts)
         _require(self.sync_every >= 1, "sync_every", "an int >= 1", self.sync_every)
-        _require(self.limiter_slack >= 0.5, "limiter_slack", "a float >= 0.5", self.limiter_slack)
+        _require(math.isfinite(self.limiter_slack) and self.limiter_slack >= 0.5, "limiter_slack", "a finite float >= 0.5",
+                 self.limiter_slack)
         _require(self.log_every >= 1, "log_every", "an int >= 1", self.log_every)
         _require(self.eval_every_steps >= 0, "eval_every_steps", "an int >= 0", self.eval_every_steps)
         _require(self.eval_episodes >= 1, "eval_episodes", "an int >= 1", self.eval_episodes)
@@ -186,7 +189,8 @@ class RunConfig:
         _require(self.seed >= 0, "seed", "an int >= 0", self.seed)
         _require(self.learner_threads >= 1, "learner_threads", "an int >= 1", self.learner_threads)
         _require(self.publish_every >= 1, "publish_every", "an int >= 1", self.publish_every)
-        _require(self.worker_timeout_s > 0, "worker_timeout_s", "a float > 0", self.worker_timeout_s)
+        _require(math.isfinite(self.worker_timeout_s) and self.worker_timeout_s > 0, "worker_timeout_s",
+                 "a finite float > 0 (seconds)", self.worker_timeout_s)
 
 
 SECTIONS: dict[str, type] = {

@@ -38,6 +38,11 @@ def test_defaults_are_valid_and_round_trip_through_flat_form():
         ({"utd": "fast"}, "utd"),
         ({"total_env_steps": 1001, "envs_per_worker": 2}, "total_env_steps"),
         ({"reward_bound": 0.0}, "reward_bound"),
+        # non-finite values the hypothesis battery found accepted before these fields checked them
+        ({"max_grad_norm": float("inf")}, "max_grad_norm"),
+        ({"epsilon_alpha": float("inf")}, "epsilon_alpha"),
+        ({"limiter_slack": float("inf")}, "limiter_slack"),
+        ({"worker_timeout_s": float("inf")}, "worker_timeout_s"),
     ],
 )
 def test_invalid_values_raise_naming_the_field_and_the_allowed_values(overrides, field):
