@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import socket
 import statistics
 import tempfile
 import time
@@ -64,12 +63,6 @@ def time_trials(storage_url: str, tracking_uri: str, artifacts: Path | None, res
     return times
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m dqnlab.bench_tracking", description=__doc__.split("\n\n")[0])
     p.add_argument("--trials", type=int, default=10)
@@ -85,8 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         sqlite_times = time_trials(f"sqlite:///{base / 'optuna.db'}", f"sqlite:///{base / 'mlflow.db'}",
                                    base / "mlartifacts", result, args.trials)  # fmt: skip
         rows.append(("sqlite files (default)", sqlite_times))
-        state = services.ServicesState(str(base / "svc"), pg_port=_free_port(), mlflow_port=_free_port(),
-                                       dashboard=False)  # fmt: skip
+        state = services.ServicesState(str(base / "svc"), pg_port=services.free_port(),
+                                       mlflow_port=services.free_port(), dashboard=False)  # fmt: skip
         services.up(state)
         try:
             server_times = time_trials(state.storage, state.tracking_uri, None, result, args.trials)

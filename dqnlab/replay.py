@@ -141,10 +141,13 @@ class SharedReplay:
             if self._lock.acquire(timeout=LOCK_POLL_S):
                 return
 
+    def _acquire(self, health_check: Callable[[], None] | None) -> None:
+        if not self._lock.acquire(timeout=LOCK_POLL_S):  # fast path first; the slow path polls health
+            self._acquire_slow(health_check)
+
     @contextmanager
     def _locked(self, health_check: Callable[[], None] | None) -> Iterator[None]:
-        if not self._lock.acquire(timeout=LOCK_POLL_S):
-            self._acquire_slow(health_check)
+        self._acquire(health_check)
         try:
             yield
         finally:
@@ -184,8 +187,7 @@ class SharedReplay:
         ``(return, length)``, and try to claim the next ``claim_next`` steps (returns its code)."""
         n = len(actions)
         a = self._a
-        if not self._lock.acquire(timeout=LOCK_POLL_S):  # fast path first; the slow path polls health
-            self._acquire_slow(health_check)
+        self._acquire(health_check)  # not ``with self._locked``: the generator costs ~1.5 us per commit
         try:
             start = int(self._counters[1])
             slot = start % self.capacity

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import multiprocessing as mp
 import signal
-import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from dqnlab.limiter import RateLimiter, realised_utd
 from dqnlab.networks import NumpyQ, ParamLayout, flatten_into
 from dqnlab.replay import GO, STOP, SharedReplay, wait_backoff
 from dqnlab.shared import SharedArena
+from dqnlab.signals import sigterm_as_interrupt
 from dqnlab.threads import set_threads
 from dqnlab.weights import WeightBroadcast
 
@@ -215,29 +215,28 @@ class _Engine:
         self.cb.on_start(self.config)
         status, error = "completed", None
         prev_threads = set_threads(self.config.run.learner_threads)
-        prev_sigterm = _install_sigterm()
-        try:
-            self._start_actors()
-            status = self._loop()
-            self._final_log()
-        except KeyboardInterrupt:
-            status, error = "interrupted", "interrupted (SIGINT/SIGTERM)"
-            self._stop_actors()
-            self._last_words()
-            result = self._result(status, error)
-            self.cb.on_end(result)
-            raise
-        except BaseException as exc:
-            self._stop_actors()
-            self._last_words()
-            result = self._result("failed", str(exc))
-            self.cb.on_end(result)
-            raise RunFailed(f"run failed: {exc}", result) from exc
-        finally:
-            if not self._stopping:
+        with sigterm_as_interrupt():
+            try:
+                self._start_actors()
+                status = self._loop()
+                self._final_log()
+            except KeyboardInterrupt:
+                status, error = "interrupted", "interrupted (SIGINT/SIGTERM)"
                 self._stop_actors()
-            set_threads(prev_threads)
-            _restore_sigterm(prev_sigterm)
+                self._last_words()
+                result = self._result(status, error)
+                self.cb.on_end(result)
+                raise
+            except BaseException as exc:
+                self._stop_actors()
+                self._last_words()
+                result = self._result("failed", str(exc))
+                self.cb.on_end(result)
+                raise RunFailed(f"run failed: {exc}", result) from exc
+            finally:
+                if not self._stopping:
+                    self._stop_actors()
+                set_threads(prev_threads)
         result = self._result(status, error)
         self.cb.on_end(result)
         return result
@@ -392,18 +391,3 @@ class _Engine:
             final.update(record)
         return RunResult(status, self.config, list(self.history), final, error, time.monotonic() - self.t0)
 
-
-def _install_sigterm():
-    """SIGTERM takes the Ctrl-C path (clean stop, status interrupted) while a run is in progress."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-
-    def handler(signum, frame):
-        raise KeyboardInterrupt("SIGTERM")
-
-    return signal.signal(signal.SIGTERM, handler)
-
-
-def _restore_sigterm(previous) -> None:
-    if previous is not None:
-        signal.signal(signal.SIGTERM, previous)

@@ -29,6 +29,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -36,6 +37,8 @@ import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from dqnlab.procfs import alive, group_alive
 
 DB_USER = "dqnlab"
 DATABASES = ("optuna", "mlflow")
@@ -98,6 +101,13 @@ def save_state(state: ServicesState) -> None:
     path.chmod(0o600)
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that nothing listens on now (the OS picks it; free until someone binds it)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
 # --- PostgreSQL ----------------------------------------------------------------------------------
 def find_pg_bin(explicit: str | None = None) -> Path:
     """The folder holding initdb and pg_ctl: ``explicit``, ``pg_config --bindir``, or Debian's layout."""
@@ -137,7 +147,7 @@ def init_postgres(state: ServicesState) -> None:
     data = root / "pg"
     if (data / "PG_VERSION").exists():
         return
-    data.mkdir(mode=0o700)
+    data.mkdir(mode=0o700, exist_ok=True)  # exists already if an earlier initdb failed
     pwfile = root / ".pgpass-init"
     pwfile.write_text(state.password + "\n")
     if user:
@@ -253,14 +263,6 @@ def wait_http(url: str, name: str, log: Path, pid: int, timeout_s: float = 120.0
     raise ServiceError(f"{name} did not answer {url} within {timeout_s:.0f} s; see {log}")
 
 
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def stop_group(pid: int, timeout_s: float = 20.0) -> None:
     """SIGTERM the process group led by ``pid``, SIGKILL what is left after ``timeout_s``."""
     for sig, wait in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 5.0)):
@@ -277,18 +279,6 @@ def stop_group(pid: int, timeout_s: float = 20.0) -> None:
             if not group_alive(pid):
                 return
             time.sleep(0.1)
-
-
-def group_alive(pgid: int) -> bool:
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[3]) == pgid and fields[0] != "Z":
-                return True
-    return False
 
 
 # --- up / down -----------------------------------------------------------------------------------

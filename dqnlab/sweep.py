@@ -29,10 +29,8 @@ import json
 import math
 import multiprocessing as mp
 import os
-import signal
 import socket
 import sys
-import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -40,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from dqnlab.config import Config, ConfigError, field_types
+from dqnlab.signals import sigterm_as_interrupt
 
 OBJECTIVES = ("eval", "throughput")
 
@@ -362,23 +361,6 @@ def _record_failure(trial, error: str) -> None:
     trial.set_user_attr("error", error[:2000])
 
 
-@contextlib.contextmanager
-def sigterm_as_interrupt():
-    """SIGTERM raises KeyboardInterrupt (the Ctrl-C path) for the whole sweep, between trials too."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise KeyboardInterrupt("SIGTERM")
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def grid_sampler(spec: SweepSpec):
     import optuna
 
@@ -419,8 +401,8 @@ def run_sweep(
 
     from dqnlab.tracking import MlflowClient, get_or_create_experiment, get_or_create_parent, git_commit
 
-    # Set-up is serialised between sweep processes of this machine: Optuna's and MLflow's schema
-    # creation on a fresh SQLite file are not safe to run twice at once.
+    # Set-up is serialised between sweep processes (see _setup_lock): two of them creating the schemas
+    # of a fresh SQLite file, or the study's grid queue, at the same time would clash or enqueue twice.
     with _setup_lock(loc):
         client = MlflowClient(loc.tracking_uri)
         try:  # first, so that an unreachable server writes nothing to the study
@@ -479,7 +461,7 @@ def _setup_lock(loc: SweepLocations):
     from sqlalchemy import create_engine, text
     from sqlalchemy.pool import NullPool
 
-    engine = create_engine(loc.storage, poolclass=NullPool, connect_args={"connect_timeout": 20})
+    engine = create_engine(loc.storage, poolclass=NullPool, **(_engine_kwargs(loc.storage) or {}))
     try:
         conn = engine.connect()
     except Exception as exc:

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from dqnlab.procfs import children, live_pids
+
 pytest_plugins = ["pytester"]
 
 TAG = "DQNLAB_TEST_TAG"
@@ -29,48 +31,25 @@ TAG = "DQNLAB_TEST_TAG"
 FOREIGN_SHM_PREFIXES = ("PostgreSQL.",)
 
 
-def _shm_entries(prefixes: tuple[str, ...] | None = None) -> set[str]:
-    """Entries of /dev/shm; with ``prefixes``, only those; without, all but the foreign ones."""
+def _shm_entries() -> set[str]:
     try:
-        names = set(os.listdir("/dev/shm"))
+        return set(os.listdir("/dev/shm"))
     except FileNotFoundError:
         return set()
-    if prefixes is not None:
-        return {n for n in names if n.startswith(prefixes)}
-    return {n for n in names if not n.startswith(FOREIGN_SHM_PREFIXES)}
-
-
-def _proc_stat(pid: str) -> list[str] | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-
-
-def _children(pid: int) -> set[int]:
-    """Live (non-zombie) child pids of ``pid``, from /proc."""
-    out = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            fields = _proc_stat(entry)
-            if fields and int(fields[1]) == pid and fields[0] != "Z":
-                out.add(int(entry))
-    return out
 
 
 def _tagged(tag: str) -> set[int]:
     """Live processes (other than this one) whose environment carries ``TAG=tag``."""
     marker, out = f"{TAG}={tag}".encode(), set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
+    for pid in live_pids():
+        if pid == os.getpid():
             continue
         try:
-            environ = Path(f"/proc/{entry}/environ").read_bytes()
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
         except OSError:  # gone, or another user's process we may not read
             continue
-        fields = _proc_stat(entry)
-        if fields and fields[0] != "Z" and marker in environ.split(b"\0"):
-            out.add(int(entry))
+        if marker in environ.split(b"\0"):
+            out.add(pid)
     return out
 
 
@@ -80,7 +59,7 @@ def leak_guard():
     previous = os.environ.get(TAG)
     os.environ[TAG] = tag
     before_shm = _shm_entries()
-    before_children = _children(os.getpid())
+    before_children = children(os.getpid())
     try:
         yield
     finally:
@@ -91,7 +70,7 @@ def leak_guard():
     deadline = time.monotonic() + 5.0
     while True:
         mp.active_children()  # reap finished multiprocessing children
-        leaked = (_children(os.getpid()) - before_children) | _tagged(tag)
+        leaked = (children(os.getpid()) - before_children) | _tagged(tag)
         if not leaked or time.monotonic() > deadline:
             break
         time.sleep(0.05)
@@ -101,5 +80,5 @@ def leak_guard():
         except ProcessLookupError:
             pass
     assert not leaked, f"processes left behind: {sorted(leaked)}"
-    new_shm = _shm_entries() - before_shm
+    new_shm = {n for n in _shm_entries() - before_shm if not n.startswith(FOREIGN_SHM_PREFIXES)}
     assert not new_shm, f"shared-memory entries left in /dev/shm: {sorted(new_shm)}"

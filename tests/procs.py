@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from dqnlab.procfs import live_pids
 
 
 def pids_with(marker: str) -> list[int]:
     """Live (non-zombie) processes whose command line contains ``marker``."""
     pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
-                state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
-            except OSError:
-                continue
-            if marker.encode() in cmd and state != "Z":
-                pids.append(int(entry))
+    for pid in live_pids():
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in cmd:
+            pids.append(pid)
     return pids

@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,7 @@ import pytest
 from conftest import FOREIGN_SHM_PREFIXES, _shm_entries
 
 from dqnlab import services
+from dqnlab.procfs import alive, group_alive
 from tests.procs import pids_with
 
 REPO = Path(__file__).resolve().parent.parent
@@ -55,10 +55,8 @@ if _reason and os.environ.get("DQNLAB_REQUIRE_SERVICES") == "1":
 pytestmark = pytest.mark.skipif(_reason is not None, reason=_reason or "")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _postgres_shm() -> set[str]:
+    return {n for n in _shm_entries() if n.startswith(FOREIGN_SHM_PREFIXES)}
 
 
 def _cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
@@ -72,9 +70,9 @@ def cluster():
     base = Path(tempfile.mkdtemp(prefix="dqnlab-svc-", dir="/tmp"))
     base.chmod(0o755)
     root = base / "svc"
-    shm_before = _shm_entries(FOREIGN_SHM_PREFIXES)
-    up = _cli("up", "--root", str(root), "--pg-port", str(_free_port()), "--mlflow-port", str(_free_port()),
-              "--dashboard-port", str(_free_port()))  # fmt: skip
+    shm_before = _postgres_shm()
+    ports = [str(services.free_port()) for _ in range(3)]
+    up = _cli("up", "--root", str(root), "--pg-port", ports[0], "--mlflow-port", ports[1], "--dashboard-port", ports[2])
     state = services.load_state(root)
     try:
         assert up.returncode == 0, up.stdout + up.stderr
@@ -83,10 +81,10 @@ def cluster():
         pids = dict(state.pids) if state else {}
         down = _cli("down", "--root", str(root))
         assert down.returncode == 0, down.stdout + down.stderr
-        left = [p for p in pids.values() if services.alive(p) or services.group_alive(p)]
+        left = [p for p in pids.values() if alive(p) or group_alive(p)]
         left += pids_with(str(root))
         assert not left, f"service processes left after down: {left}"
-        assert _shm_entries(FOREIGN_SHM_PREFIXES) <= shm_before, "PostgreSQL left shared memory in /dev/shm"
+        assert _postgres_shm() <= shm_before, "PostgreSQL left shared memory in /dev/shm"
         shutil.rmtree(base, ignore_errors=True)
 
 

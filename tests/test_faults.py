@@ -4,6 +4,7 @@ Every case must end in a recorded state within bounded time, with no process lef
 
 from __future__ import annotations
 
+import json
 import signal
 import sqlite3
 import subprocess
@@ -18,6 +19,7 @@ import numpy as np
 import pytest
 from procs import pids_with
 
+from dqnlab import services
 from dqnlab.config import Config, field_types
 from dqnlab.run import RunFailed, train
 from dqnlab.train import main as train_main
@@ -77,12 +79,26 @@ def test_signal_to_a_training_run_stops_it_cleanly(tmp_path, sig):
     assert pids_with(marker) == [], "actor processes outlived the run"
 
 
-def _trial_states(results: Path) -> list[tuple[str, str | None]]:
+def _trial_attrs(results: Path) -> list[tuple[str, dict]]:
     with sqlite3.connect(results / "optuna.db") as db:
-        return db.execute(
-            "select t.state, (select value_json from trial_user_attributes a where a.trial_id = t.trial_id "
-            "and a.key = 'status') from trials t order by t.number"
-        ).fetchall()
+        trials = db.execute("select trial_id, state from trials order by number").fetchall()
+        out = []
+        for trial_id, state in trials:
+            rows = db.execute("select key, value_json from trial_user_attributes where trial_id = ?", (trial_id,))
+            out.append((state, {k: json.loads(v) for k, v in rows}))
+    return out
+
+
+def _wait_for_running_trial(results: Path, proc: subprocess.Popen, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if (results / "optuna.db").exists() and any(s == "RUNNING" for s, _ in _trial_attrs(results)):
+                return
+        except sqlite3.OperationalError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError("no trial started")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -90,22 +106,15 @@ def test_ctrl_c_or_sigterm_to_a_sweep_marks_the_trial_and_a_rerun_completes_the_
     args = [sys.executable, str(ROOT / "sweeps" / "utd.py"), "--preset", "smoke", "--quiet", "--results",
             str(tmp_path), "--axis", "utd=1,2", "--total-steps", "5000"]  # fmt: skip
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if (tmp_path / "optuna.db").exists() and any(s == "RUNNING" for s, _ in _trial_states(tmp_path)):
-                break
-        except sqlite3.OperationalError:
-            pass
-        time.sleep(0.2)
+    _wait_for_running_trial(tmp_path, proc)
     time.sleep(2.0)
     proc.send_signal(sig)
     start = time.monotonic()
     _, err = proc.communicate(timeout=30)
     print(f"signal {sig!r} to a sweep: exit {proc.returncode} after {time.monotonic() - start:.2f} s")
     assert proc.returncode == 130, err[-2000:]
-    states = _trial_states(tmp_path)
-    assert ("FAIL", '"interrupted"') in states, states
+    states = [(state, attrs.get("status")) for state, attrs in _trial_attrs(tmp_path)]
+    assert ("FAIL", "interrupted") in states, states
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -113,7 +122,7 @@ def test_ctrl_c_or_sigterm_to_a_sweep_marks_the_trial_and_a_rerun_completes_the_
     assert "KILLED" in [r.info.status for r in client.search_runs([exp.experiment_id])]
     rerun = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
-    assert [s for s, _ in _trial_states(tmp_path)].count("COMPLETE") == 2
+    assert [s for s, _ in _trial_attrs(tmp_path)].count("COMPLETE") == 2
 
 
 def _wrong_value(tp) -> str:
@@ -140,56 +149,20 @@ def test_every_cli_flag_rejects_a_wrong_value_before_running(field, capsys):
 
 
 # --- stores that are unreachable or fail mid-sweep, SIGTERM to a multi-process sweep ------------
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _mlflow_server(root: Path, port: int) -> int:
     """A real ``mlflow server`` on an SQLite file under ``root``; returns its pid once it answers."""
-    from dqnlab import services
-
     cmd = services.mlflow_server_command(f"sqlite:///{root / 'mlflow.db'}", root / "mlartifacts", "127.0.0.1", port)
     pid = services.spawn("mlflow", cmd, root)
     services.wait_http(f"http://127.0.0.1:{port}/health", "mlflow server", root / "mlflow.log", pid)
     return pid
 
 
-def _trial_attrs(results: Path) -> list[tuple[str, dict]]:
-    import json
-
-    with sqlite3.connect(results / "optuna.db") as db:
-        trials = db.execute("select trial_id, state from trials order by number").fetchall()
-        out = []
-        for trial_id, state in trials:
-            rows = db.execute("select key, value_json from trial_user_attributes where trial_id = ?", (trial_id,))
-            out.append((state, {k: json.loads(v) for k, v in rows}))
-    return out
-
-
-def _wait_for_running_trial(results: Path, proc: subprocess.Popen, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            if (results / "optuna.db").exists() and any(s == "RUNNING" for s, _ in _trial_states(results)):
-                return
-        except sqlite3.OperationalError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError("no trial started")
-
-
 def test_tracking_server_dying_mid_sweep_fails_the_trial_with_the_reason_and_a_rerun_resumes(tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from dqnlab import services
-
     server_root, results = tmp_path / "server", tmp_path / "results"
     server_root.mkdir()
-    port = _free_port()
+    port = services.free_port()
     pid = _mlflow_server(server_root, port)
     args = [sys.executable, str(ROOT / "sweeps" / "utd.py"), "--preset", "smoke", "--quiet", "--no-report",
             "--results", str(results), "--tracking-uri", f"http://127.0.0.1:{port}", "--axis", "utd=1",
@@ -227,7 +200,7 @@ def test_tracking_server_dying_mid_sweep_fails_the_trial_with_the_reason_and_a_r
 
 def test_an_unreachable_tracking_server_fails_fast_and_opens_no_study(tmp_path):
     args = [sys.executable, str(ROOT / "sweeps" / "utd.py"), "--preset", "smoke", "--quiet", "--results",
-            str(tmp_path), "--tracking-uri", f"http://127.0.0.1:{_free_port()}"]  # fmt: skip
+            str(tmp_path), "--tracking-uri", f"http://127.0.0.1:{services.free_port()}"]  # fmt: skip
     start = time.monotonic()
     res = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=120)
     print(f"unreachable tracking server: exit {res.returncode} after {time.monotonic() - start:.1f} s")
@@ -239,7 +212,7 @@ def test_an_unreachable_tracking_server_fails_fast_and_opens_no_study(tmp_path):
 def test_sigterm_between_trials_is_the_ctrl_c_path():
     import os
 
-    from dqnlab.sweep import sigterm_as_interrupt
+    from dqnlab.signals import sigterm_as_interrupt
 
     before = signal.getsignal(signal.SIGTERM)
     with sigterm_as_interrupt():
