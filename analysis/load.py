@@ -1,7 +1,10 @@
 """Read a sweep's MLflow runs into tidy DataFrames.
 
-``load_runs``: one row per trial run: run ids, status, every config field as a typed column, the
-final value of every metric (prefixed ``final_``), ``final_return`` and the ``collapse`` label.
+``load_runs``: one row per trial run: run ids, status, ``outcome`` (``completed``, ``diverged`` or
+``failed``: crashed, interrupted or killed), every config field as a typed column, the final value of
+every metric (prefixed ``final_``), ``final_return`` (NaN for a failed or hard-diverged run: neither
+has a policy to score) and the ``collapse`` label. A grid point rerun after a failure counts once,
+with its finished run; a failed run whose point was never rerun stays, as failed.
 ``load_histories``: the long table ``(run_id, env_steps, updates, metric, value)``.
 Histories come from each run's ``history.json`` artifact (one download per run, not one call per
 metric).
@@ -50,6 +53,14 @@ def _history(client, run_id: str) -> list[dict[str, float]]:
         return json.loads(Path(path).read_text())
 
 
+def run_outcome(mlflow_status: str, status: str | None) -> str:
+    """``completed`` / ``diverged`` for a FINISHED run, ``failed`` for anything else (FAILED, KILLED, or
+    a run left RUNNING by a process that died)."""
+    if mlflow_status != "FINISHED":
+        return "failed"
+    return "diverged" if status == "diverged" else "completed"
+
+
 def _typed_params(params: dict[str, str]) -> dict:
     defaults = Config().to_flat()
     out: dict = {}
@@ -79,12 +90,14 @@ def load(tracking_uri: str, experiment: str, study: str | None = None) -> tuple[
         run_id = run.info.run_id
         history = _history(client, run_id)
         status = run.data.tags.get("status")
+        outcome = run_outcome(run.info.status, status)
         row = {
             "run_id": run_id,
             "study": run.data.tags.get(TAG_STUDY),
             "trial_number": int(run.data.tags.get("trial_number", -1)),
             "grid_point": run.data.tags.get("grid_point"),
             "status": status,
+            "outcome": outcome,
             "mlflow_status": run.info.status,
             **_typed_params(run.data.params),
         }
@@ -92,8 +105,8 @@ def load(tracking_uri: str, experiment: str, study: str | None = None) -> tuple[
         for m in history:
             final.update(m)
         row.update({f"final_{k}": v for k, v in final.items()})
-        row["final_return"] = final_return(history)
-        row["collapse"] = collapse_label(history, status) if history else "unknown"
+        row["final_return"] = final_return(history, status) if outcome != "failed" else float("nan")
+        row["collapse"] = collapse_label(history, status) if history and outcome != "failed" else "failed"
         rows.append(row)
         for m in history:
             for k, v in m.items():

@@ -1,51 +1,89 @@
-"""Report: every plot of :mod:`analysis.plots` plus a Markdown summary, logged on the study's parent run.
+"""Report: every plot of :mod:`analysis.plots` and a Markdown summary, logged on the study's parent run.
 
 python analysis/report.py --experiment utd --study utd-default            # local results/
 python analysis/report.py --tracking-uri http://127.0.0.1:5000 --experiment utd --out report/
+
+``summary.md``: the per-cell table (IQM of the final return over the seeds of each cell, 95%
+bootstrap CI, seeds, collapse counts, failed runs), the comparison along each swept axis (difference
+of IQMs with its CI, probability of improvement), and every run (a failed run shows as failed, not
+as a return).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import pandas as pd  # noqa: E402
+
+from analysis.cells import axes, cell_table, comparisons  # noqa: E402
 from analysis.load import TAG_ROLE, TAG_STUDY, load  # noqa: E402
-from analysis.plots import PLOTS  # noqa: E402
-from analysis.stats import stratified_bootstrap_ci  # noqa: E402
+from analysis.plots import PLOTS, save  # noqa: E402
+from analysis.stats import COLLAPSE_LABELS  # noqa: E402
 
-SUMMARY_COLUMNS = ["trial_number", "num_workers", "utd", "target_period", "layer_norm", "reset", "seed", "status",
-                   "collapse", "final_return", "final_utd_realised", "final_env_steps_per_s_total"]  # fmt: skip
+RUN_COLUMNS = ["trial_number", "seed", "outcome", "collapse", "final_return", "final_utd_realised",
+               "final_env_steps_per_s_total"]  # fmt: skip
 
 
-def summary_markdown(runs, experiment: str, study: str | None) -> str:
-    lines = [f"# {experiment}" + (f" / {study}" if study else ""), "", f"{len(runs)} runs.", ""]
-    if not runs.empty:
-        counts = runs["collapse"].value_counts().to_dict()
-        lines += [f"Outcomes: {counts}", ""]
-        point, lo, hi = stratified_bootstrap_ci([runs["final_return"].dropna().to_numpy()])
-        lines += [f"IQM final return over all runs: {point:.1f} (95% CI {lo:.1f} to {hi:.1f})", ""]
-        cols = [c for c in SUMMARY_COLUMNS if c in runs]
-        lines.append("| " + " | ".join(cols) + " | run_id |")
-        lines.append("|" + " --- |" * (len(cols) + 1))
-        for _, r in runs.iterrows():
-            cells = [f"{r[c]:.4g}" if isinstance(r[c], float) else str(r[c]) for c in cols]
-            lines.append("| " + " | ".join(cells) + f" | {r['run_id']} |")
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return "—" if math.isnan(v) else f"{v:.4g}"
+    return str(v)
+
+
+def _table(df: pd.DataFrame, columns: list[str]) -> list[str]:
+    cols = [c for c in columns if c in df]
+    lines = ["| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
+    for _, r in df.iterrows():
+        lines.append("| " + " | ".join(_fmt(r[c]) for c in cols) + " |")
+    return lines
+
+
+def summary_markdown(runs: pd.DataFrame, experiment: str, study: str | None) -> str:
+    lines = [f"# {experiment}" + (f" / {study}" if study else ""), ""]
+    if runs.empty:
+        return "\n".join(lines + ["No runs.", ""])
+    swept = axes(runs)
+    failed = int((runs["outcome"] == "failed").sum())
+    lines += [f"{len(runs)} runs in {runs.groupby(swept).ngroups if swept else 1} cells; swept axes: "
+              f"{', '.join(swept) or 'none'}; {failed} failed (crashed or killed, never rerun).", ""]  # fmt: skip
+    lines += ["## Cells", "",
+              "Final greedy return per cell (a configuration without its seed): IQM over the seeds that have a "
+              "return, 95% bootstrap CI over those seeds. Hard-diverged and failed runs have no return: they are "
+              "counted (`diverged`, `n_failed`), never averaged.", ""]  # fmt: skip
+    cells = cell_table(runs).sort_values("iqm", ascending=False, na_position="last")
+    lines += _table(cells, [*swept, "n_seeds", "n_returns", "n_failed", "iqm", "ci_low", "ci_high", *COLLAPSE_LABELS])
+    comp = comparisons(runs)
+    if not comp.empty:
+        lines += ["", "## Along each axis", "",
+                  "Each value against the axis's first value, the other axes held fixed: difference of IQMs "
+                  "(value minus baseline) with a 95% CI, and the probability that a run of the value beats a run "
+                  "of the baseline (rliable's probability of improvement; 0.5 = no difference).", ""]  # fmt: skip
+        lines += _table(comp, ["axis", "value", "baseline", "where", "n_value", "n_baseline", "iqm_diff", "diff_low",
+                               "diff_high", "p_improvement", "p_low", "p_high"])  # fmt: skip
+    lines += ["", "## Runs", ""]
+    lines += _table(runs.sort_values([*swept, "seed"] if "seed" in runs else swept),
+                    [*swept, *RUN_COLUMNS, "run_id"])  # fmt: skip
     lines += ["", "## Plots", ""] + [f"![{name}]({name}.png)" for name in PLOTS]
     return "\n".join(lines) + "\n"
 
 
 def build_report(tracking_uri: str, experiment: str, study: str | None, out: Path, log_to_parent: bool = True) -> Path:
-    """Write ``out/*.png`` and ``out/summary.md``; log them on the study's parent run. Returns ``out``."""
+    """Write ``out/*.png``, ``out/summary.md``, ``out/cells.csv`` and ``out/runs.csv``; log them on the
+    study's parent run. Returns ``out``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     runs, hist = load(tracking_uri, experiment, study)
     for name, plot in PLOTS.items():
-        plot(runs, hist, out / f"{name}.png")
+        save(plot(runs, hist), out / f"{name}.png")
     (out / "summary.md").write_text(summary_markdown(runs, experiment, study))
     runs.to_csv(out / "runs.csv", index=False)
+    if not runs.empty:
+        cell_table(runs).to_csv(out / "cells.csv", index=False)
     if log_to_parent and study:
         from mlflow.tracking import MlflowClient
 

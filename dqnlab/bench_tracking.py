@@ -24,7 +24,13 @@ from dqnlab import services
 from dqnlab.config import Config
 from dqnlab.run import RunResult, train
 from dqnlab.sweep import SweepSpec, make_storage, open_study, top_up_queue
-from dqnlab.tracking import MlflowClient, MlflowRunTracker, get_or_create_experiment, get_or_create_parent
+from dqnlab.tracking import (
+    MlflowClient,
+    MlflowRunTracker,
+    get_or_create_experiment,
+    get_or_create_parent,
+    start_trial_run,
+)
 
 
 def recorded_result(log_points: int) -> RunResult:
@@ -47,8 +53,9 @@ def time_trials(storage_url: str, tracking_uri: str, artifacts: Path | None, res
     times: list[float] = []
 
     def objective(trial) -> float:
-        tracker = MlflowRunTracker(client, experiment, parent, f"trial {trial.number}",
-                                   tags={"grid_point": trial.user_attrs["grid_point"]})  # fmt: skip
+        run_id = start_trial_run(client, experiment, parent, f"trial {trial.number}",
+                                 tags={"grid_point": trial.user_attrs["grid_point"]})  # fmt: skip
+        tracker = MlflowRunTracker(client, run_id)
         trial.set_user_attr("mlflow_run_id", tracker.run_id)
         tracker.on_start(result.config)
         for m in result.history:

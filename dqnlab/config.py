@@ -231,6 +231,12 @@ class Config:
             r.total_env_steps,
         )
         _require(
+            a.buffer_capacity >= e.envs_per_worker,
+            "buffer_capacity",
+            f"an int >= envs_per_worker ({e.envs_per_worker}): one actor step must fit in the ring",
+            a.buffer_capacity,
+        )
+        _require(
             r.probe_size <= r.learning_starts,
             "probe_size",
             f"an int <= learning_starts ({r.learning_starts})",

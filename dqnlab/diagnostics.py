@@ -1,5 +1,10 @@
 """Pure diagnostics maths (DESIGN.md terms): srank, dormant units, divergence, Q statistics,
-overestimation. No process or I/O code here."""
+overestimation. No process or I/O code here.
+
+Device contract: every function accepts tensors on any device (the learner's may be on a GPU) or
+numpy arrays, and first moves its input to the host (:func:`to_host`); results are Python floats
+or numpy arrays.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +13,31 @@ import math
 import numpy as np
 import torch
 
-QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
+from dqnlab.metrics import (
+    DORMANT,
+    DORMANT_TAUS,
+    Q_GREEDY_MAX,
+    Q_GREEDY_MEAN,
+    Q_GREEDY_MIN,
+    Q_MAX,
+    Q_MEAN,
+    Q_MIN,
+    Q_P,
+    TARGET_MEAN,
+    dormant_layer,
+)
+from dqnlab.metrics import Q_QUANTILES as QUANTILES
+
+
+def to_host(x: torch.Tensor | np.ndarray, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """``x`` as a detached CPU tensor of ``dtype`` (a no-op copy for CPU input)."""
+    return torch.as_tensor(x).detach().to("cpu", dtype)
 
 
 def srank(features: torch.Tensor | np.ndarray, delta: float = 0.01) -> int:
     """Effective rank of ``features`` (N, d): ``min k`` with ``sum_{i<=k} s_i / sum_i s_i >= 1 - delta``
     (Kumar et al. 2021). 0 for an all-zero matrix."""
-    phi = torch.as_tensor(features, dtype=torch.float64)
+    phi = to_host(features)
     s = torch.linalg.svdvals(phi)
     total = float(s.sum())
     if total <= 0.0 or not math.isfinite(total):
@@ -26,7 +49,7 @@ def srank(features: torch.Tensor | np.ndarray, delta: float = 0.01) -> int:
 def dormant_scores(activations: torch.Tensor | np.ndarray) -> np.ndarray:
     """Per-unit score ``E|h_i| / mean_k E|h_k|`` over the batch (Sokar et al. 2023); all-zero
     layer -> all scores 0."""
-    h = torch.as_tensor(activations, dtype=torch.float64).abs().mean(0)
+    h = to_host(activations).abs().mean(0)
     mean = float(h.mean())
     if mean <= 0.0:
         return np.zeros(h.shape[0])
@@ -34,7 +57,7 @@ def dormant_scores(activations: torch.Tensor | np.ndarray) -> np.ndarray:
 
 
 def dormant_fractions(
-    layers: list[torch.Tensor] | list[np.ndarray], taus: tuple[float, ...] = (0.0, 0.1)
+    layers: list[torch.Tensor] | list[np.ndarray], taus: tuple[float, ...] = DORMANT_TAUS
 ) -> dict[str, float]:
     """Fraction of tau-dormant units (score <= tau) per layer and overall, for each tau.
 
@@ -43,11 +66,10 @@ def dormant_fractions(
     total = sum(len(s) for s in scores)
     out: dict[str, float] = {}
     for tau in taus:
-        key = f"dormant_frac_tau{tau:g}"
         dormant = [(s <= tau).sum() for s in scores]
-        out[key] = float(sum(dormant)) / total
+        out[DORMANT[tau]] = float(sum(dormant)) / total
         for i, (d, s) in enumerate(zip(dormant, scores)):
-            out[f"{key}_l{i}"] = float(d) / len(s)
+            out[dormant_layer(tau, i)] = float(d) / len(s)
     return out
 
 
@@ -65,36 +87,42 @@ def divergence_flags(q_probe_abs_max: float, bound: float) -> tuple[bool, bool]:
 
 def q_statistics(q_sa: torch.Tensor, q_all: torch.Tensor, target: torch.Tensor) -> dict[str, float]:
     """On one sampled batch: Q(s,a) mean/max/min and quantiles, max_a Q(s,.) mean/max/min, target mean."""
-    q_sa = q_sa.detach().float().cpu()
-    greedy = q_all.detach().float().max(dim=1).values.cpu()
+    q_sa = to_host(q_sa, torch.float32)
+    greedy = to_host(q_all, torch.float32).max(dim=1).values
     qs = torch.quantile(q_sa, torch.tensor(QUANTILES)).tolist()
     out = {
-        "q_mean": float(q_sa.mean()),
-        "q_max": float(q_sa.max()),
-        "q_min": float(q_sa.min()),
-        "q_greedy_mean": float(greedy.mean()),
-        "q_greedy_max": float(greedy.max()),
-        "q_greedy_min": float(greedy.min()),
-        "target_mean": float(target.detach().float().mean()),
+        Q_MEAN: float(q_sa.mean()),
+        Q_MAX: float(q_sa.max()),
+        Q_MIN: float(q_sa.min()),
+        Q_GREEDY_MEAN: float(greedy.mean()),
+        Q_GREEDY_MAX: float(greedy.max()),
+        Q_GREEDY_MIN: float(greedy.min()),
+        TARGET_MEAN: float(to_host(target).mean()),
     }
     for q, v in zip(QUANTILES, qs):
-        out[f"q_p{round(q * 100):02d}"] = float(v)
+        out[Q_P[q]] = float(v)
     return out
 
 
-def discounted_returns(rewards: np.ndarray, gamma: float) -> np.ndarray:
-    """``G_t = sum_k gamma^k r_{t+k}`` within one episode."""
+def discounted_returns(rewards: np.ndarray, gamma: float, bootstrap: float = 0.0) -> np.ndarray:
+    """``G_t = sum_{k < T-t} gamma^k r_{t+k} + gamma^(T-t) * bootstrap`` for the ``T`` steps of one
+    episode; ``bootstrap`` is the value of the state after the last step (0 when it terminated)."""
     out = np.empty(len(rewards), dtype=np.float64)
-    g = 0.0
+    g = float(bootstrap)
     for t in range(len(rewards) - 1, -1, -1):
         g = rewards[t] + gamma * g
         out[t] = g
     return out
 
 
-def overestimation(q_greedy: np.ndarray, rewards: np.ndarray, gamma: float) -> float:
-    """Mean over the steps of one episode of ``max_a Q(s_t,.) - G_t`` (G_t: the return obtained).
+def overestimation(q_greedy: np.ndarray, rewards: np.ndarray, gamma: float, bootstrap: float = 0.0) -> float:
+    """Mean over the steps of one episode of ``max_a Q(s_t,.) - G_t``.
 
-    A truncated episode's G_t misses the rewards after the cut, which biases this upward near the
-    cut; we report it as measured."""
-    return float(np.mean(np.asarray(q_greedy, dtype=np.float64) - discounted_returns(rewards, gamma)))
+    Estimator: ``G_t`` is the discounted return obtained from ``s_t`` to the end of the episode plus,
+    when the episode was cut by a time limit (truncated, not terminated), ``gamma^(T-t)`` times
+    ``bootstrap = max_a Q(s_T,.)`` at the cut state. Q bootstraps through truncations in the TD
+    target, so without that tail a perfect value function would read ``+gamma^(T-t) V(s_T)`` near
+    the cut (about +20 on CartPole's 500-step limit); with it, a perfect value function reads 0.
+    Pass ``bootstrap=0`` for a terminated episode."""
+    g = discounted_returns(rewards, gamma, bootstrap)
+    return float(np.mean(np.asarray(q_greedy, dtype=np.float64) - g))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import multiprocessing as mp
 import signal
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -21,13 +22,35 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from dqnlab import metrics as M
 from dqnlab.actor import Actor, ActorBoard, actor_main, epsilon_for
 from dqnlab.callbacks import CallbackList
+from dqnlab.collapse import collapse_signs, parameters_finite
 from dqnlab.config import Config, ConfigError
-from dqnlab.diagnostics import divergence_flags, dormant_fractions, q_bound, srank
 from dqnlab.evaluation import evaluate
 from dqnlab.learner import Learner
 from dqnlab.limiter import RateLimiter, realised_utd
+from dqnlab.meters import LagMeter, ThroughputMeter
+from dqnlab.metrics import (
+    ACTOR_WAIT_S,
+    ENV_STEPS,
+    EPSILON_MEAN,
+    EVAL_RETURN_BEST,
+    EVAL_RETURN_MEAN,
+    LEARNER_WAIT_S,
+    LIMITER_BOUND,
+    RESETS,
+    TARGET_UPDATES,
+    TD_LOSS,
+    TIME_S,
+    TRAIN_EPISODES,
+    TRAIN_LENGTH_MEAN,
+    TRAIN_RETURN_MEAN,
+    UPDATES,
+    UTD_DEFICIT,
+    UTD_REALISED,
+    worker_share,
+)
 from dqnlab.networks import NumpyQ, ParamLayout, flatten_into
 from dqnlab.replay import GO, STOP, SharedReplay, wait_backoff
 from dqnlab.shared import SharedArena
@@ -58,7 +81,13 @@ class RunFailed(RuntimeError):
 
 @dataclass
 class RunResult:
-    """Outcome of one run. ``status``: completed | diverged | failed | interrupted."""
+    """Outcome of one run. ``status``: completed | diverged | failed | interrupted.
+
+    ``history`` holds two kinds of records, in the order they were taken, each stamped with its own
+    ``env_steps``/``updates``/``time_s``: log points (every ``log_every`` updates and at the end) and
+    evaluation records (every ``eval_every_steps`` env steps and at the end; they carry the
+    ``eval_*`` metrics and ``overestimation``). A diverged run is never evaluated on non-finite
+    weights, so its evaluations are those taken before divergence."""
 
     status: str
     config: Config
@@ -70,11 +99,11 @@ class RunResult:
     def summary(self) -> str:
         f = self.final
         keys = [
-            ("env_steps", "{:.0f}"), ("updates", "{:.0f}"), ("utd_realised", "{:.4f}"),
-            ("env_steps_per_s_total", "{:.0f}"), ("updates_per_s_total", "{:.0f}"),
-            ("policy_lag_mean", "{:.1f}"), ("policy_lag_max", "{:.0f}"), ("eval_return_mean", "{:.1f}"),
-            ("eval_return_best", "{:.1f}"), ("td_loss", "{:.4g}"), ("q_max", "{:.2f}"), ("srank", "{:.0f}"),
-            ("dormant_frac", "{:.3f}"),
+            (M.ENV_STEPS, "{:.0f}"), (M.UPDATES, "{:.0f}"), (M.UTD_REALISED, "{:.4f}"),
+            (M.ENV_STEPS_PER_S_TOTAL, "{:.0f}"), (M.UPDATES_PER_S_TOTAL, "{:.0f}"),
+            (M.POLICY_LAG_RUN_MEAN, "{:.1f}"), (M.POLICY_LAG_RUN_MAX, "{:.0f}"), (M.EVAL_RETURN_MEAN, "{:.1f}"),
+            (M.EVAL_RETURN_BEST, "{:.1f}"), (M.TD_LOSS, "{:.4g}"), (M.Q_MAX, "{:.2f}"), (M.SRANK, "{:.0f}"),
+            (M.DORMANT_FRAC, "{:.3f}"),
         ]  # fmt: skip
         parts = [f"{k}={fmt.format(f[k])}" for k, fmt in keys if k in f]
         line = f"run {self.status} in {self.wall_s:.1f}s: " + " ".join(parts)
@@ -103,12 +132,39 @@ def inspect_env(env_id: str) -> tuple[int, int]:
 def train(config: Config, callbacks: Iterable[Any] = (), *, step_delay_s: dict[int, float] | None = None) -> RunResult:
     """Run ``config`` to its env-step budget. Returns status ``completed`` or ``diverged``; raises
     :class:`RunFailed` (with the partial result) on a crash and re-raises KeyboardInterrupt after
-    stopping everything. ``step_delay_s`` injects a per-step sleep into given workers (tests)."""
+    stopping everything. ``step_delay_s`` injects a per-step sleep into given workers (tests).
+
+    Actors are never forked from a process that runs other threads (a fork copies the locks they may
+    hold): called from such a process (a notebook kernel, a sweep, a program that used MLflow's
+    thread pools), a parallel run is carried out in a fresh thread-free process
+    (:mod:`dqnlab.trial_process`, ~1.6 s to start) and ``callbacks`` still receive every event here."""
     obs_dim, num_actions = inspect_env(config.env.env_id)
     if config.run.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device: got 'cuda' but torch.cuda.is_available() is False; allowed: 'cpu'")
+    if config.run.mode == "parallel" and other_threads():
+        return _train_in_fresh_process(config, list(callbacks), step_delay_s)
     engine = _Engine(config, obs_dim, num_actions, CallbackList(callbacks), step_delay_s or {})
     return engine.run()
+
+
+def other_threads() -> list[str]:
+    """Names of the live Python threads of this process other than the calling one."""
+    return [t.name for t in threading.enumerate() if t is not threading.current_thread() and t.is_alive()]
+
+
+def _train_in_fresh_process(config: Config, callbacks: list[Any], step_delay_s: dict[int, float] | None) -> RunResult:
+    from dqnlab.trial_process import TrialRequest, run_trial
+
+    outcome = run_trial(TrialRequest(config, quiet=True, env_spec=gym.spec(config.env.env_id),
+                                     step_delay_s=step_delay_s), callbacks)  # fmt: skip
+    if outcome.kind == "result":
+        return outcome.result
+    if outcome.kind == "config":
+        raise ConfigError(outcome.message)
+    if outcome.kind == "interrupted":
+        raise KeyboardInterrupt(outcome.message)
+    result = outcome.result or RunResult("failed", config, error=outcome.message)
+    raise RunFailed(f"run failed: {outcome.message}", result) from outcome.exception
 
 
 class _Engine:
@@ -117,7 +173,9 @@ class _Engine:
         self.cb = callbacks
         self.delays = delays
         c, r, a = config, config.run, config.agent
-        self.limiter = RateLimiter(a.utd, r.learning_starts, r.limiter_slack, strict=r.limiter == "strict")
+        self.limiter = RateLimiter(a.utd, r.learning_starts, r.limiter_slack, r.limiter == "strict").for_budget(
+            r.total_env_steps
+        )
         self.learner = Learner(config, obs_dim, num_actions, r.device)
         self.layout = ParamLayout.of(self.learner.net)
         self.arena = SharedArena()
@@ -140,15 +198,12 @@ class _Engine:
         self.history: list[dict[str, float]] = []
         self.probe: torch.Tensor | None = None
         self._stopping = False
-        # window accumulators (reset at each log point)
-        self._lag_sum = 0.0
-        self._lag_n = 0
-        self._lag_max = 0
-        self._stale_sum = 0.0
+        self.lag = LagMeter()
+        self.throughput = ThroughputMeter()
         self._learner_wait_s = 0.0
-        self._eval_pending: dict[str, float] = {}
         self._eval_best = -math.inf
         self._evals_done = 0
+        self._last_eval_steps: int | None = None
         self._next_eval = r.eval_every_steps if r.eval_every_steps else math.inf
 
     # --- set-up and tear-down ----------------------------------------------------------------
@@ -218,8 +273,7 @@ class _Engine:
         with sigterm_as_interrupt():
             try:
                 self._start_actors()
-                status = self._loop()
-                self._final_log()
+                status = self._finish(self._loop())
             except KeyboardInterrupt:
                 status, error = "interrupted", "interrupted (SIGINT/SIGTERM)"
                 self._stop_actors()
@@ -242,36 +296,32 @@ class _Engine:
         return result
 
     def _loop(self) -> str:
+        """Schedule updates, collection (serial mode), housekeeping and evaluations until the budget
+        is spent (``completed``) or the network hard-diverges (``diverged``)."""
         r = self.config.run
         learner, replay, limiter = self.learner, self.replay, self.limiter
         health = self.health_check if self.procs else None
         total = r.total_env_steps
-        final_updates = limiter.final_updates(total)
         next_housekeeping = 0.0
         attempt = 0
         rr = 0
         while True:
             env_steps = replay.env_steps
             updates = learner.updates
-            collected = env_steps >= total
-            if collected and (not limiter.strict or updates >= final_updates):
+            if env_steps >= total and (not limiter.strict or updates >= limiter.max_updates):
                 return "completed"
-            if limiter.learner_may_update(env_steps, updates) and not (collected and updates >= final_updates):
+            if limiter.learner_may_update(env_steps, updates):
                 attempt = 0
                 if self.probe is None:
                     self.probe = torch.from_numpy(replay.sample_obs(self.rng, r.probe_size))
                 batch = replay.sample(self.rng, self.config.agent.batch_size, health)
-                lag = updates - batch.version
-                self._lag_sum += float(lag.sum())
-                self._lag_n += len(lag)
-                self._lag_max = max(self._lag_max, int(lag.max()))
-                self._stale_sum += float((batch.insert_updates - batch.version).sum())
+                self.lag.add(updates - batch.version, batch.insert_updates - batch.version)
                 log_now = (updates + 1) % r.log_every == 0
                 stats = learner.update(batch, want_stats=log_now)
                 replay.set_updates(learner.updates)
                 if learner.updates % r.publish_every == 0:
                     self._publish()
-                if log_now and self._log(stats) == "diverged":
+                if log_now and self._log(stats):
                     return "diverged"
             elif self.actors:  # serial: collect with the same actors, same limiter
                 stepped = False
@@ -292,85 +342,83 @@ class _Engine:
                 if health is not None:
                     health()
                 self.cb.on_progress(replay.env_steps, learner.updates, total, now - self.t0)
-            if replay.env_steps >= self._next_eval:
-                self._evaluate()
+            if replay.env_steps >= self._next_eval and not self._evaluate():
+                self._log(None)  # records the hard divergence the evaluation refused to run on
+                return "diverged"
+
+    def _finish(self, status: str) -> str:
+        """The end of a run: a last evaluation (unless one was just taken at this env step) and a last
+        log point. A diverged run has logged its divergence already and is not evaluated again."""
+        if status == "diverged":
+            return status
+        if self.config.run.eval_every_steps and self._last_eval_steps != self.replay.env_steps:
+            if not self._evaluate():
+                status = "diverged"
+        return "diverged" if self._log(None) else status
 
     # --- evaluation and logging --------------------------------------------------------------
-    def _evaluate(self) -> None:
+    def _record(self, m: dict[str, float]) -> None:
+        self.history.append(m)
+        self.cb.on_log(m)
+
+    def _evaluate(self) -> bool:
+        """Greedy evaluation of the current weights, recorded at once at the env step it was taken.
+        Returns False, evaluating nothing, when a weight is not finite (the run has hard-diverged)."""
         r = self.config.run
-        self._next_eval += r.eval_every_steps
+        env_steps, updates = self.replay.env_steps, self.learner.updates
+        # the next evaluation is due at the next multiple: a burst of env steps never queues evals
+        self._next_eval = (env_steps // r.eval_every_steps + 1) * r.eval_every_steps
         flatten_into(self.learner.net, self.eval_policy.params)
+        if not parameters_finite(self.eval_policy.params):
+            return False
         res = evaluate(self.eval_policy, self.eval_env, r.eval_episodes, self.config.agent.gamma,
                        seed=r.seed * 1_000_000 + 10_000 + self._evals_done * r.eval_episodes)  # fmt: skip
         self._evals_done += 1
-        self._eval_pending = res.metrics()
-        self._eval_pending["eval_env_steps"] = float(self.replay.env_steps)
-        self._eval_best = max(self._eval_best, res.metrics()["eval_return_mean"])
+        self._last_eval_steps = env_steps
+        m = res.metrics()
+        self._eval_best = max(self._eval_best, m[EVAL_RETURN_MEAN])
+        record = {ENV_STEPS: env_steps, UPDATES: updates, TIME_S: time.monotonic() - self.t0, **m}
+        record[EVAL_RETURN_BEST] = self._eval_best
+        self._record(record)
+        return True
 
-    def _log(self, stats: dict[str, float] | None, read_episodes: bool = True) -> str | None:
+    def _log(self, stats: dict[str, float] | None, read_episodes: bool = True) -> bool:
+        """Record one log point; returns whether the network has hard-diverged."""
         c, r, a = self.config, self.config.run, self.config.agent
-        now = time.monotonic()
+        elapsed = time.monotonic() - self.t0
         replay, learner = self.replay, self.learner
         env_steps, updates = replay.env_steps, learner.updates
-        m: dict[str, float] = {"env_steps": env_steps, "updates": updates, "time_s": now - self.t0}
-        last = self.history[-1] if self.history else {"env_steps": 0, "updates": 0, "time_s": 0.0}
-        dt = max(now - self.t0 - last["time_s"], 1e-9)
-        m["env_steps_per_s"] = (env_steps - last["env_steps"]) / dt
-        m["updates_per_s"] = (updates - last["updates"]) / dt
-        m["env_steps_per_s_total"] = env_steps / max(now - self.t0, 1e-9)
-        m["updates_per_s_total"] = updates / max(now - self.t0, 1e-9)
-        m["utd_realised"] = realised_utd(updates, env_steps, r.learning_starts)
-        m["utd_deficit"] = self.limiter.deficit(env_steps, updates)
-        m["limiter_bound"] = self.limiter.max_deficit(c.env.envs_per_worker)
-        m["learner_wait_s"] = self._learner_wait_s
-        m["actor_wait_s"] = float(self.board.wait_s.sum())
-        m["epsilon_mean"] = float(np.mean([epsilon_for(c, w, env_steps) for w in range(c.env.num_workers)]))
-        if self._lag_n:
-            m["policy_lag_mean"] = self._lag_sum / self._lag_n
-            m["policy_lag_max"] = float(self._lag_max)
-            m["actor_staleness_mean"] = self._stale_sum / self._lag_n
-        self._lag_sum, self._lag_n, self._lag_max, self._stale_sum = 0.0, 0, 0, 0.0
+        m: dict[str, float] = {ENV_STEPS: env_steps, UPDATES: updates, TIME_S: elapsed}
+        m.update(self.throughput.pop(elapsed, env_steps, updates))
+        m[UTD_REALISED] = realised_utd(updates, env_steps, r.learning_starts)
+        m[UTD_DEFICIT] = self.limiter.deficit(env_steps, updates)
+        m[LIMITER_BOUND] = self.limiter.max_deficit(c.env.envs_per_worker)
+        m[LEARNER_WAIT_S] = self._learner_wait_s
+        m[ACTOR_WAIT_S] = float(self.board.wait_s.sum())
+        m[EPSILON_MEAN] = float(np.mean([epsilon_for(c, w, env_steps) for w in range(c.env.num_workers)]))
+        m.update(self.lag.pop())
         produced, resident, sampled = replay.produced(), replay.resident(), replay.sampled
         for w in range(c.env.num_workers):
-            m[f"worker{w}_produced_share"] = produced[w] / max(produced.sum(), 1)
-            m[f"worker{w}_resident_share"] = resident[w] / max(resident.sum(), 1)
-            m[f"worker{w}_sampled_share"] = sampled[w] / max(sampled.sum(), 1)
+            m[worker_share(w, "produced")] = produced[w] / max(produced.sum(), 1)
+            m[worker_share(w, "resident")] = resident[w] / max(resident.sum(), 1)
+            m[worker_share(w, "sampled")] = sampled[w] / max(sampled.sum(), 1)
         loss = learner.pop_mean_loss()
         if loss is not None:
-            m["td_loss"] = loss
+            m[TD_LOSS] = loss
         if stats:
             m.update(stats)
-        m["param_norm"] = learner.param_norm()
-        m["target_updates"] = learner.target_updates
-        m["resets"] = learner.resets
-        hard = not math.isfinite(m["param_norm"])
-        if self.probe is not None:
-            q, acts = learner.probe(self.probe)
-            q_abs_max = float(q.abs().max())
-            r_max = c.env.reward_bound or replay.max_abs_reward() or 1.0
-            bound = q_bound(r_max, a.gamma)
-            soft, hard_q = divergence_flags(q_abs_max, bound)
-            hard = hard or hard_q
-            m["q_probe_abs_max"] = q_abs_max
-            m["q_bound"] = bound
-            m["soft_divergence"] = float(soft)
-            if not hard:
-                m["srank"] = float(srank(acts[-1]))
-                m.update(dormant_fractions(acts))
-                m["dormant_frac"] = m["dormant_frac_tau0.1"]
-        m["hard_divergence"] = float(hard)
+        m[TARGET_UPDATES] = learner.target_updates
+        m[RESETS] = learner.resets
+        r_max = c.env.reward_bound or replay.max_abs_reward() or 1.0
+        signs = collapse_signs(learner, self.probe, r_max, a.gamma)
+        m.update(signs.metrics)
         episodes = replay.new_episodes() if read_episodes else []
         if episodes:
-            m["train_return_mean"] = float(np.mean([e[1] for e in episodes]))
-            m["train_length_mean"] = float(np.mean([e[2] for e in episodes]))
-            m["train_episodes"] = float(len(episodes))
-        m.update(self._eval_pending)
-        self._eval_pending = {}
-        if self._evals_done:
-            m["eval_return_best"] = self._eval_best
-        self.history.append(m)
-        self.cb.on_log(m)
-        return "diverged" if hard else None
+            m[TRAIN_RETURN_MEAN] = float(np.mean([e[1] for e in episodes]))
+            m[TRAIN_LENGTH_MEAN] = float(np.mean([e[2] for e in episodes]))
+            m[TRAIN_EPISODES] = float(len(episodes))
+        self._record(m)
+        return signs.hard_divergence
 
     def _last_words(self) -> None:
         """One more log point on a failure path, so that a crash keeps what the run had measured.
@@ -380,14 +428,8 @@ class _Engine:
         except Exception:  # the run is already failing; its original error is what matters
             pass
 
-    def _final_log(self) -> None:
-        if self.config.run.eval_every_steps:
-            self._evaluate()
-        self._log(None)
-
     def _result(self, status: str, error: str | None) -> RunResult:
         final: dict[str, float] = {}  # the latest value of every metric
         for record in self.history:
             final.update(record)
         return RunResult(status, self.config, list(self.history), final, error, time.monotonic() - self.t0)
-

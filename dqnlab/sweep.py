@@ -1,22 +1,26 @@
 """Sweep machinery shared by every file in ``sweeps/``: grid -> Optuna study -> one trial = one
 engine run -> objective value + one MLflow child run.
 
-Claiming grid points. Every grid point is enqueued once as a WAITING trial tagged with its key
+Claiming grid points. Every grid point is enqueued as a WAITING trial tagged with its key
 (``user_attrs['grid_point']``); ``study.ask()`` pops WAITING trials atomically in Optuna's RDB
-storage, so concurrent processes (``--jobs N`` or other machines) each get distinct points. The
+storage, so concurrent processes (``--jobs N`` or other machines) each get distinct trials. The
 study's sampler is Optuna's GridSampler over the same space, but a trial that does not come from
-the queue is pruned at once (the grid is exhausted): GridSampler alone may hand one point to two
-workers. A trial whose point another trial already completed (or is running with a lower number)
-is pruned as a duplicate, so no point is ever completed twice.
+the queue is pruned at once (the grid is exhausted). The queue may still hold one point twice (a
+stale trial's retry and a top-up racing), so a trial runs its point only after claiming it in the
+claims table (:mod:`dqnlab.claims`, one atomic statement); a trial whose point is held by a live
+or completed trial is pruned as a duplicate, so no point is ever run or completed twice.
+
+Running. Each trial runs in its own thread-free process (:mod:`dqnlab.trial_process`): actors are
+never forked from this process, which runs Optuna's heartbeat thread.
 
 Resuming. Trials of a dead process stop beating; ``fail_stale_trials`` (heartbeat + grace period)
 fails them and ``RetryFailedTrialCallback`` re-enqueues their point; every invocation also
 re-enqueues points with no COMPLETE, WAITING or RUNNING trial (e.g. a crashed run). A rerun of a
 finished study adds nothing.
 
-Objective (maximised): ``eval`` = mean greedy eval return over the last quarter of the run's
-evaluations (at least one; the engine always evaluates at the end); ``throughput`` = env steps/s
-over the whole run. A diverged run is a COMPLETE trial with ``status='diverged'``.
+Objective (maximised, :mod:`dqnlab.objective`): ``eval`` = mean greedy eval return over the last
+quarter of the run's evaluations; ``throughput`` = env steps/s over the whole run. A hard-diverged
+run is a COMPLETE trial with ``status='diverged'`` and value -inf (it has no policy to score).
 """
 
 from __future__ import annotations
@@ -38,9 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from dqnlab.config import Config, ConfigError, field_types
+from dqnlab.objective import OBJECTIVES, objective_value
 from dqnlab.signals import sigterm_as_interrupt
-
-OBJECTIVES = ("eval", "throughput")
 
 
 class SweepError(ValueError):
@@ -183,6 +186,13 @@ def _engine_kwargs(url: str) -> dict[str, Any] | None:
     return None
 
 
+def claims_engine_for(url: str):
+    """The grid-claims table's engine on the study's own database (:mod:`dqnlab.claims`)."""
+    from dqnlab.claims import claims_engine
+
+    return claims_engine(url, _engine_kwargs(url))
+
+
 def _retry_callback():
     """Re-enqueue the point of a trial whose process stopped beating (Optuna's own callback)."""
     import optuna
@@ -238,22 +248,6 @@ def mark_killed_runs(study, client) -> None:
             continue
 
 
-def objective_value(result, objective: str) -> float:
-    if objective == "throughput":
-        return float(result.final.get("env_steps_per_s_total", 0.0))
-    value = final_eval_return(result.history)
-    return value if math.isfinite(value) else float("-inf")
-
-
-def final_eval_return(history: list[dict[str, float]]) -> float:
-    """Mean greedy eval return over the last quarter of a run's evaluations (at least one); NaN if none."""
-    evals = [m["eval_return_mean"] for m in history if "eval_return_mean" in m]
-    if not evals:
-        return float("nan")
-    tail = evals[-max(1, len(evals) // 4) :]
-    return sum(tail) / len(tail)
-
-
 # --- running ---------------------------------------------------------------------------------
 @dataclass
 class WorkerArgs:
@@ -268,36 +262,49 @@ class WorkerArgs:
     started: float = field(default_factory=time.monotonic)
 
 
+class TrialFailed(RuntimeError):
+    """The trial's run crashed, its trial process died, or this machine refused its configuration; the
+    trial is FAIL with the reason and the sweep goes on (the next invocation reruns the point)."""
+
+
 def worker_loop(args: WorkerArgs) -> None:
-    """Pop and run grid points until none is waiting. Safe to run in many processes at once."""
+    """Pop and run grid points until none is waiting. Safe to run in many processes at once.
+
+    Each trial claims its point atomically (:mod:`dqnlab.claims`) and runs in its own thread-free
+    process (:mod:`dqnlab.trial_process`); this process keeps the Optuna trial and its heartbeat."""
+    import gymnasium as gym
     import optuna
     from optuna.trial import TrialState
 
-    from dqnlab.callbacks import ConsoleProgress
-    from dqnlab.run import RunFailed, train
-    from dqnlab.tracking import MlflowClient, MlflowRunTracker, TrackingError
+    from dqnlab.claims import claim_grid_point
+    from dqnlab.metrics import OBJECTIVE, display_key
+    from dqnlab.tracking import MlflowClient, MlflowRunTracker, TrackingError, start_trial_run
+    from dqnlab.trial_process import TrialRequest, run_trial
 
     spec = args.spec
     study = optuna.load_study(study_name=spec.study_name, storage=make_storage(args.loc.storage, args.heartbeat_s,
                               args.grace_s), sampler=grid_sampler(spec))  # fmt: skip
+    claims = claims_engine_for(args.loc.storage)
     client = MlflowClient(args.loc.tracking_uri)
     worker = f"{socket.gethostname()}:{os.getpid()}"
+
+    def state_of(number: int) -> str:
+        return next((t.state.name for t in study.get_trials(deepcopy=False) if t.number == number), "FAIL")
 
     def objective(trial) -> float:
         key = trial.user_attrs.get("grid_point")
         if key is None:
             raise optuna.TrialPruned("not a queued grid point: the grid is exhausted")
-        for other in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING)):
-            if other.number != trial.number and other.user_attrs.get("grid_point") == key:
-                if other.state == TrialState.COMPLETE or other.number < trial.number:
-                    trial.set_user_attr("duplicate_of", other.number)
-                    raise optuna.TrialPruned(f"grid point already taken by trial {other.number}")
+        owner = claim_grid_point(claims, spec.study_name, key, trial.number, state_of)
+        if owner is not None:
+            trial.set_user_attr("duplicate_of", owner)
+            raise optuna.TrialPruned(f"grid point already claimed by trial {owner}")
         point = {a: _decode(a, trial.suggest_categorical(a, [_encode(v) for v in vs])) for a, vs in spec.grid.items()}
         config = spec.config_for(point)
         trial.set_user_attr("worker", worker)
         trial.set_user_attr("status", "running")
         try:
-            tracker = MlflowRunTracker(
+            run_id = start_trial_run(
                 client, args.experiment_id, args.parent_run_id, run_name=f"trial {trial.number}",
                 tags={"trial_number": str(trial.number), "grid_point": key, "dqnlab.study": spec.study_name,
                       "dqnlab.worker": worker},
@@ -305,22 +312,34 @@ def worker_loop(args: WorkerArgs) -> None:
         except TrackingError as exc:
             _record_failure(trial, str(exc))
             raise
-        trial.set_user_attr("mlflow_run_id", tracker.run_id)
-        callbacks = [tracker] if args.quiet else [tracker, ConsoleProgress()]
+        trial.set_user_attr("mlflow_run_id", run_id)
+        tracker = MlflowRunTracker(client, run_id)
         try:
-            result = train(config, callbacks)
-            value = objective_value(result, spec.objective)
-            tracker.log_metric("objective", value if math.isfinite(value) else -1e30)
-        except RunFailed as exc:
-            _record_failure(trial, str(exc))
-            if isinstance(exc.__cause__, TrackingError):  # every later trial would fail the same way
-                raise exc.__cause__ from None
-            raise
-        except TrackingError as exc:  # before or after the engine's own failure handling
-            _record_failure(trial, str(exc))
-            raise
+            outcome = run_trial(TrialRequest(config, args.quiet, gym.spec(config.env.env_id)), [tracker])
         except KeyboardInterrupt:
             trial.set_user_attr("status", "interrupted")
+            tracker.close_unended("interrupted")
+            raise
+        if outcome.kind == "interrupted":
+            trial.set_user_attr("status", "interrupted")
+            tracker.close_unended("interrupted")
+            raise KeyboardInterrupt(outcome.message)
+        if outcome.kind == "tracking":  # every later trial would fail the same way
+            _record_failure(trial, outcome.message)
+            raise TrackingError(outcome.message) from tracker.broken
+        if outcome.kind != "result":
+            reason = outcome.message
+            if outcome.kind == "config":
+                reason = f"configuration refused on {socket.gethostname()}: {reason}"
+            _record_failure(trial, reason)
+            tracker.close_unended("failed", reason)  # the trial process could not close its run
+            raise TrialFailed(reason)
+        result = outcome.result
+        value = objective_value(result, spec.objective)
+        try:
+            tracker.log_metric(display_key(OBJECTIVE), value if math.isfinite(value) else -1e30)
+        except TrackingError as exc:
+            _record_failure(trial, str(exc))
             raise
         trial.set_user_attr("status", result.status)
         return value
@@ -328,7 +347,7 @@ def worker_loop(args: WorkerArgs) -> None:
     with sigterm_as_interrupt():
         try:
             while study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-                study.optimize(objective, n_trials=1, catch=(RunFailed,), gc_after_trial=False)
+                study.optimize(objective, n_trials=1, catch=(TrialFailed,), gc_after_trial=False)
                 if not args.quiet:
                     _print_overall(study, args)
         except Exception as exc:
@@ -339,6 +358,8 @@ def worker_loop(args: WorkerArgs) -> None:
                 f"Optuna storage failed ({type(cause).__name__}: {str(cause).strip()[:300]}); the trial in progress "
                 f"stays RUNNING in the study and is run again once its heartbeat is older than --grace-s"
             ) from exc
+        finally:
+            claims.dispose()
 
 
 def storage_failure(exc: BaseException) -> BaseException | None:
@@ -439,7 +460,34 @@ def run_sweep(
         bad = [p.exitcode for p in procs if p.exitcode != 0]
         if bad:
             raise SweepFailed(f"sweep worker process(es) exited with {bad}; their errors are printed above")
-    return summarise(study, spec)
+    summary = summarise(study, spec)
+    try:
+        close_study_run(client, parent, study, summary)
+    except Exception as exc:
+        from dqnlab.tracking import TrackingError
+
+        raise TrackingError(f"MLflow tracking store failed closing the study's parent run ({exc})") from exc
+    return summary
+
+
+def close_study_run(client, parent_run_id: str, study, summary: dict[str, Any]) -> None:
+    """Log the per-cell summary on the study's parent run and end it once no trial is left to run
+    here or elsewhere: FINISHED when every grid point is complete, FAILED when some failed (a rerun
+    retries them and sets the run RUNNING again). With trials still running on other machines the
+    parent stays RUNNING; the last sweep process to finish closes it."""
+    from optuna.trial import TrialState
+
+    from dqnlab.tracking import close_parent
+
+    cells = [{**json.loads(c["cell"]), "iqm": c["iqm"], "n_seeds": c["n"], "values": c["values"]}
+             for c in summary["cells"]]  # fmt: skip
+    client.log_dict(parent_run_id, {"cells": cells, "states": summary["states"]}, "summary/cells.json")
+    done = len(summary["rows"])
+    client.log_metric(parent_run_id, "points_complete", done)
+    client.log_metric(parent_run_id, "points_total", summary["grid_size"])
+    if study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING)):
+        return
+    close_parent(client, parent_run_id, "FINISHED" if done == summary["grid_size"] else "FAILED")
 
 
 SETUP_LOCK_KEY = 0x64716E6C6162  # "dqnlab": the PostgreSQL advisory lock that serialises sweep set-up
@@ -484,21 +532,29 @@ def warn_cpu_budget(spec: SweepSpec, jobs: int) -> None:
 
 
 def summarise(study, spec: SweepSpec) -> dict[str, Any]:
+    """Completed trials and, per cell (a grid point without its seed), the IQM of the objective over
+    its seeds; runs without a final return (hard-diverged: -inf) are listed and left out of the IQM."""
     from optuna.trial import TrialState
+
+    from dqnlab.statistics import iqm
 
     rows = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         rows.append({"trial": t.number, "point": json.loads(t.user_attrs["grid_point"]), "value": t.value,
                      "status": t.user_attrs.get("status"), "mlflow_run_id": t.user_attrs.get("mlflow_run_id")})  # fmt: skip
-    cells: dict[str, list[float]] = defaultdict(list)
+    by_cell: dict[str, list[float]] = defaultdict(list)
     for r in rows:
         cell = {k: v for k, v in r["point"].items() if k != "seed"}
-        cells[json.dumps(cell, sort_keys=True)].append(r["value"])
-    ranked = sorted(((sum(v) / len(v), k, len(v)) for k, v in cells.items()), reverse=True)
-    counts = defaultdict(int)
+        by_cell[json.dumps(cell, sort_keys=True)].append(r["value"])
+    cells = []
+    for key, values in by_cell.items():
+        finite = [v for v in values if math.isfinite(v)]
+        cells.append({"cell": key, "iqm": iqm(finite), "n": len(values), "n_finite": len(finite), "values": values})
+    cells.sort(key=lambda c: (-math.inf if math.isnan(c["iqm"]) else c["iqm"]), reverse=True)
+    counts: dict[str, int] = defaultdict(int)
     for t in study.get_trials(deepcopy=False):
         counts[t.state.name] += 1
-    return {"rows": sorted(rows, key=lambda r: r["trial"]), "cells": ranked, "states": dict(counts),
+    return {"rows": sorted(rows, key=lambda r: r["trial"]), "cells": cells, "states": dict(counts),
             "grid_size": len(spec.points())}  # fmt: skip
 
 
@@ -508,9 +564,9 @@ def format_summary(summary: dict[str, Any], loc: SweepLocations, spec: SweepSpec
     for r in summary["rows"]:
         lines.append(f"  trial {r['trial']:>3} {r['status']:<10} objective {r['value']:9.2f}  {r['point']}")
     if summary["cells"]:
-        best, worst = summary["cells"][0], summary["cells"][-1]
-        lines.append(f"best cell  (mean over {best[2]} seed(s)) {best[0]:9.2f}  {best[1]}")
-        lines.append(f"worst cell (mean over {worst[2]} seed(s)) {worst[0]:9.2f}  {worst[1]}")
+        lines.append("cells (IQM of the objective over seeds; runs without a return are counted, not averaged):")
+        for c in summary["cells"]:
+            lines.append(f"  IQM {c['iqm']:9.2f}  n {c['n_finite']}/{c['n']}  {c['cell']}")
     lines.append(f"results: {loc.results}")
     if loc.tracking_uri.startswith("http"):
         lines.append(f"browse runs:   {loc.tracking_uri}")

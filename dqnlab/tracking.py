@@ -4,7 +4,10 @@
 ``log_batch`` (per-call logging is ~100x slower), logs every config field as a param, tags the run
 (trial number, grid point, status, git commit), writes the config and the full metric history as
 artifacts, and ends the run FINISHED (completed/diverged), FAILED (crash) or KILLED (interrupt).
-Telemetry is off unless the user turned it on.
+Metric keys are ``<section>/<name>`` (:func:`dqnlab.metrics.display_key`), so the MLflow UI groups
+the charts (``eval/``, ``q/``, ``collapse/``, ``throughput/``, ``workers/``, ...); the history
+artifact keeps the bare names that analysis reads. Experiments are tagged as model training
+(``mlflow.experimentKind``), not GenAI. Telemetry is off unless the user turned it on.
 """
 
 from __future__ import annotations
@@ -26,12 +29,16 @@ os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # our s
 from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
+from dqnlab.metrics import display_key  # noqa: E402
+
 METRICS_PER_BATCH = 1000  # MLflow's log_batch limit
 PARAMS_PER_BATCH = 100
 STATUS_TO_MLFLOW = {"completed": "FINISHED", "diverged": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}
 TAG_STUDY = "dqnlab.study"
 TAG_ROLE = "dqnlab.role"
 PARENT_TAG = "mlflow.parentRunId"
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"  # the MLflow UI then opens runs and charts, not GenAI traces
 
 
 def git_commit() -> str:
@@ -44,27 +51,52 @@ def git_commit() -> str:
 
 
 def get_or_create_experiment(client: MlflowClient, name: str, artifact_root: Path | None) -> str:
+    """The experiment ``name`` (created if missing), tagged as model training for the MLflow UI."""
     exp = client.get_experiment_by_name(name)
-    if exp is not None:
-        return exp.experiment_id
-    try:
-        location = artifact_root.resolve().as_uri() if artifact_root is not None else None
-        return client.create_experiment(name, artifact_location=location)
-    except Exception:  # another process created it first
-        exp = client.get_experiment_by_name(name)
-        if exp is None:
-            raise
-        return exp.experiment_id
+    if exp is None:
+        try:
+            location = artifact_root.resolve().as_uri() if artifact_root is not None else None
+            experiment_id = client.create_experiment(name, artifact_location=location,
+                                                     tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})  # fmt: skip
+            return experiment_id
+        except Exception:  # another process created it first
+            exp = client.get_experiment_by_name(name)
+            if exp is None:
+                raise
+    if exp.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
+        client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+    return exp.experiment_id
 
 
 def get_or_create_parent(client: MlflowClient, experiment_id: str, study_name: str, tags: dict[str, str]) -> str:
-    """The study's parent run, found again by tag when a study resumes."""
+    """The study's parent run, found again by tag when a study resumes, and RUNNING again: a sweep
+    that starts is adding trials to it (:func:`close_parent` ends it when the grid is complete)."""
     flt = f"tags.`{TAG_STUDY}` = '{study_name}' and tags.`{TAG_ROLE}` = 'parent'"
     runs = client.search_runs([experiment_id], filter_string=flt, max_results=1, order_by=["attributes.start_time ASC"])
     if runs:
+        if runs[0].info.status != "RUNNING":
+            client.update_run(runs[0].info.run_id, status="RUNNING")
         return runs[0].info.run_id
     run = client.create_run(experiment_id, run_name=study_name, tags={TAG_STUDY: study_name, TAG_ROLE: "parent", **tags})
     return run.info.run_id
+
+
+def close_parent(client: MlflowClient, parent_run_id: str, status: str) -> None:
+    """End the study's parent run (``FINISHED``: every grid point complete; ``FAILED``: the sweep
+    stopped with points that failed), so the UI shows its duration; a rerun sets it RUNNING again."""
+    client.set_terminated(parent_run_id, status)
+
+
+def start_trial_run(client: MlflowClient, experiment_id: str, parent_run_id: str | None, run_name: str,
+                    tags: dict[str, str] | None = None) -> str:  # fmt: skip
+    """Create a trial's child run (RUNNING) and return its id; TrackingError if the store fails."""
+    all_tags = {TAG_ROLE: "trial", "git_commit": git_commit(), **(tags or {})}
+    if parent_run_id:
+        all_tags[PARENT_TAG] = parent_run_id
+    try:
+        return client.create_run(experiment_id, run_name=run_name, tags=all_tags).info.run_id
+    except Exception as exc:
+        raise TrackingError(f"MLflow tracking store failed ({type(exc).__name__}: {str(exc)[:500]})") from exc
 
 
 class TrackingError(RuntimeError):
@@ -79,25 +111,16 @@ class MlflowRunTracker:
     as failed); after that the tracker is broken and its hooks do nothing, so the failure path of
     the run does not wait on the dead store a second time."""
 
-    def __init__(
-        self,
-        client: MlflowClient,
-        experiment_id: str,
-        parent_run_id: str | None,
-        run_name: str,
-        tags: dict[str, str] | None = None,
-        flush_every: int = 200,
-        flush_every_s: float = 10.0,
-    ):
+    def __init__(self, client: MlflowClient, run_id: str, flush_every: int = 200, flush_every_s: float = 10.0):
+        """Log into the existing run ``run_id`` (see :func:`start_trial_run`)."""
         self.client = client
+        self.run_id = run_id
         self.flush_every = flush_every
         self.flush_every_s = flush_every_s
         self._last_flush = time.monotonic()
         self.broken: Exception | None = None
-        all_tags = {TAG_ROLE: "trial", "git_commit": git_commit(), **(tags or {})}
-        if parent_run_id:
-            all_tags[PARENT_TAG] = parent_run_id
-        self.run_id = self._call(client.create_run, experiment_id, run_name=run_name, tags=all_tags).info.run_id
+        self.ended = False
+        """Whether ``on_end`` closed the run (a run cut off before its engine started was not)."""
         self._pending: list[Metric] = []
         self._points = 0
 
@@ -121,7 +144,7 @@ class MlflowRunTracker:
     def on_log(self, metrics: dict[str, float]) -> None:
         ts = int(time.time() * 1000)
         step = int(metrics.get("env_steps", 0))
-        self._pending.extend(Metric(k, float(v), ts, step) for k, v in metrics.items())
+        self._pending.extend(Metric(display_key(k), float(v), ts, step) for k, v in metrics.items())
         self._points += 1
         if self._points % self.flush_every == 0 or time.monotonic() - self._last_flush >= self.flush_every_s:
             self.flush()
@@ -147,6 +170,21 @@ class MlflowRunTracker:
             for name in ("config.json", "history.json", "summary.txt"):
                 self._call(self.client.log_artifact, self.run_id, str(Path(tmp) / name))
         self._call(self.client.set_terminated, self.run_id, STATUS_TO_MLFLOW.get(result.status, "FAILED"))
+        self.ended = True
+
+    def close_unended(self, status: str, error: str = "") -> None:
+        """End a run that never reached ``on_end`` (its process was cut off before or without it) with
+        ``status`` (completed/diverged/failed/interrupted); best effort: the store may be the problem."""
+        if self.ended or self.broken is not None:
+            return
+        try:
+            self.client.set_tag(self.run_id, "status", status)
+            if error:
+                self.client.set_tag(self.run_id, "error", error[:5000])
+            self.client.set_terminated(self.run_id, STATUS_TO_MLFLOW.get(status, "FAILED"))
+            self.ended = True
+        except Exception:  # the next call that needs the store reports its failure
+            pass
 
 
 def _param_str(value: Any) -> str:

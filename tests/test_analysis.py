@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.stats import collapse_label, final_return, iqm, stratified_bootstrap_ci
+from analysis.stats import (
+    collapse_label,
+    difference_ci,
+    final_return,
+    iqm,
+    probability_of_improvement,
+    stratified_bootstrap_ci,
+)
+from dqnlab.config import Config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,10 +49,126 @@ def _h(**series):
 def test_collapse_labels_on_constructed_histories():
     assert collapse_label(_h(eval_return_mean=[10, 200, 190], srank=[20, 18, 19])) == "healthy"
     assert collapse_label(_h(eval_return_mean=[10, 200, 90], srank=[20, 18, 19])) == "performance_collapse"
+    assert collapse_label(_h(eval_return_mean=[10, 200, 110], srank=[20, 18, 19])) == "healthy"  # fell 90 of 190
     assert collapse_label(_h(eval_return_mean=[10, 200, 190], srank=[20, 12, 9])) == "rank_collapse"
     assert collapse_label(_h(eval_return_mean=[10, 200, 190], soft_divergence=[0, 1, 0])) == "diverged"
     assert collapse_label(_h(eval_return_mean=[10, 20]), status="diverged") == "diverged"
     assert final_return(_h(eval_return_mean=[0, 0, 0, 0, 0, 0, 8, 10])) == 9.0  # last quarter: 2 evals
+    assert np.isnan(final_return(_h(eval_return_mean=[0, 9]), status="diverged"))  # no policy, no return
+
+
+@pytest.mark.parametrize("shift", [0.0, -600.0])  # CartPole-like and Acrobot/MountainCar-like scales
+def test_performance_collapse_is_defined_on_the_runs_own_return_range(shift):
+    def label(evals):
+        return collapse_label(_h(eval_return_mean=[e + shift for e in evals]))
+
+    assert label([100, 500, 150]) == "performance_collapse"  # fell 350 of a 400 range
+    assert label([100, 500, 350]) == "healthy"  # fell 150 of 400
+    assert label([100, 500, 500]) == "healthy"
+    assert label([300, 300, 300]) == "healthy"  # no range
+
+
+def test_acrobot_like_negative_returns_collapse():
+    # learned from -500 to -80, then fell back to -400: the old rule (best > 0) never fired here
+    assert collapse_label(_h(eval_return_mean=[-500, -200, -80, -400])) == "performance_collapse"
+    assert collapse_label(_h(eval_return_mean=[-500, -200, -80, -120])) == "healthy"
+
+
+def test_probability_of_improvement_and_difference_by_hand():
+    p, lo, hi = probability_of_improvement([[1.0, 2.0, 3.0]], [[2.0]])
+    assert p == pytest.approx((0 + 0.5 + 1) / 3)  # pairs: 1<2, 2=2 (a tie counts half), 3>2
+    assert lo <= p <= hi
+    # stratified over two tasks of different scales: the mean of the per-task probabilities
+    p2, _, _ = probability_of_improvement([[10.0, 11.0], [-50.0, -40.0]], [[0.0, 1.0], [-45.0, -45.0]])
+    assert p2 == pytest.approx((1.0 + 0.5) / 2)
+    d, dlo, dhi = difference_ci([[5.0] * 8], [[3.0] * 8])
+    assert (d, dlo, dhi) == (2.0, 2.0, 2.0)
+
+
+def _runs(rows: list[dict]):
+    import pandas as pd
+
+    defaults = Config().to_flat()
+    out = []
+    for i, r in enumerate(rows):
+        full = {**defaults, **r}
+        full.setdefault("outcome", "completed")
+        full.setdefault("collapse", "healthy")
+        full["run_id"] = f"run{i}"
+        out.append(full)
+    return pd.DataFrame(out)
+
+
+def _grid(returns: dict[tuple, list[float]], names: tuple[str, ...]):
+    rows = []
+    for key, values in returns.items():
+        for seed, v in enumerate(values):
+            rows.append({**dict(zip(names, key)), "seed": seed, "final_return": v})
+    return _runs(rows)
+
+
+def test_cells_never_pool_configurations():
+    from analysis.cells import axes, cell_table
+
+    # the same utd and LayerNorm, two worker counts with very different returns: two cells, not one
+    runs = _grid({(1, 1.0): [500, 490, 480, 470], (2, 1.0): [10, 20, 30, 40], (1, 4.0): [100, 110, 120, 130],
+                  (2, 4.0): [300, 300, 300, 300]}, ("num_workers", "utd"))  # fmt: skip
+    assert axes(runs) == ["num_workers", "utd"]
+    table = cell_table(runs).set_index(["num_workers", "utd"])
+    assert len(table) == 4
+    assert table.loc[(1, 1.0), "iqm"] == iqm([500, 490, 480, 470])
+    assert table.loc[(2, 1.0), "iqm"] == iqm([10, 20, 30, 40])
+    assert (table["n_seeds"] == 4).all()
+    assert table.loc[(2, 4.0), "ci_low"] == table.loc[(2, 4.0), "ci_high"] == 300
+
+
+def test_a_failed_run_is_counted_as_failed_and_never_as_a_return():
+    from analysis.cells import cell_table
+
+    runs = _grid({(1.0,): [100, 200, 300]}, ("utd",))
+    runs.loc[2, ["outcome", "collapse"]] = ["failed", "failed"]  # its partial history had 300
+    table = cell_table(runs)
+    assert table.loc[0, "n_seeds"] == 3 and table.loc[0, "n_returns"] == 2 and table.loc[0, "n_failed"] == 1
+    assert table.loc[0, "iqm"] == iqm([100, 200])
+
+
+def test_comparisons_along_each_axis_at_each_setting_of_the_others():
+    from analysis.cells import comparisons
+
+    runs = _grid({(False, 1.0): [100, 110, 120], (True, 1.0): [200, 210, 220], (False, 4.0): [50, 60, 70],
+                  (True, 4.0): [40, 45, 50]}, ("layer_norm", "utd"))  # fmt: skip
+    comp = comparisons(runs, reps=200)
+    ln = comp[comp["axis"] == "layer_norm"].set_index("where")
+    assert set(ln.index) == {"utd=1", "utd=4"}  # LayerNorm on vs off at each UTD, never pooled over UTDs
+    assert ln.loc["utd=1", "iqm_diff"] == pytest.approx(100.0) and ln.loc["utd=1", "p_improvement"] == 1.0
+    assert ln.loc["utd=4", "iqm_diff"] == pytest.approx(45 - 60) and ln.loc["utd=4", "p_improvement"] < 0.5
+    assert ln.loc["utd=1", "diff_low"] <= 100.0 <= ln.loc["utd=1", "diff_high"]
+
+
+def test_comparisons_over_several_envs_are_stratified_by_env():
+    from analysis.cells import comparisons
+
+    runs = _grid({("CartPole-v1", False): [100, 120], ("CartPole-v1", True): [400, 420],
+                  ("Acrobot-v1", False): [-300, -280], ("Acrobot-v1", True): [-300, -280]},
+                 ("env_id", "layer_norm"))  # fmt: skip
+    comp = comparisons(runs, reps=200)
+    pooled = comp[comp["where"].str.contains("all envs")]
+    assert len(pooled) == 1
+    assert pooled.iloc[0]["p_improvement"] == pytest.approx((1.0 + 0.5) / 2)  # per env, then averaged
+    assert np.isnan(pooled.iloc[0]["iqm_diff"])  # raw returns of different envs are never pooled
+
+
+def test_return_vs_utd_draws_a_row_per_setting_of_the_axes_it_does_not_show():
+    from analysis.plots import is_placeholder, return_vs_utd
+
+    runs = _grid({(w, u, ln): [100.0 * w + u, 90.0 * w + u] for w in (1, 2, 4) for u in (1.0, 4.0)
+                  for ln in (False, True)}, ("num_workers", "utd", "layer_norm"))  # fmt: skip
+    fig = return_vs_utd(runs)
+    assert not is_placeholder(fig)
+    drawn = [ax for ax in fig.axes if ax.lines]
+    assert len(drawn) == 3  # one panel per worker count: num_workers is never averaged away
+    labels = {t.get_text() for ax in fig.axes for t in ax.texts}
+    assert {"num_workers=1", "num_workers=2", "num_workers=4"} <= labels
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +183,7 @@ def sweeps(tmp_path_factory):
 
 def test_sweeps_write_their_report_and_log_it_on_the_parent_run(sweeps):
     summary = (sweeps / "report-utd-smoke" / "summary.md").read_text()
-    assert summary.count("| ") >= 3 and "2 runs." in summary
+    assert summary.count("| ") >= 3 and "2 runs in" in summary
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(f"sqlite:///{sweeps / 'mlflow.db'}")
@@ -82,16 +205,35 @@ def test_loaders_return_one_row_per_run_and_a_long_history(sweeps):
     assert {"td_loss", "srank", "q_p50"} <= set(hist["metric"])
 
 
-def test_every_plot_writes_a_non_empty_png(sweeps, tmp_path):
+EXPECTED_PLOTS = {  # what each smoke sweep has the data for; every other plot says it has none
+    "utd": {"return_vs_utd", "collapse_map", "diagnostics_over_training", "q_distribution", "learning_curves",
+            "worker_shares", "throughput_scaling"},
+    "throughput": {"throughput_scaling", "worker_shares", "diagnostics_over_training", "q_distribution",
+                   "collapse_map"},
+}
+
+
+def _data_artists(fig) -> int:
+    return sum(len(ax.lines) + len(ax.collections) + len(ax.patches) for ax in fig.axes)
+
+
+def test_every_plot_draws_data_where_the_sweep_has_it(sweeps, tmp_path):
     from analysis.load import load
-    from analysis.plots import PLOTS
+    from analysis.plots import PLOTS, is_placeholder, save
 
     uri = f"sqlite:///{sweeps / 'mlflow.db'}"
-    for experiment in ("utd", "throughput"):
+    for experiment, expected in EXPECTED_PLOTS.items():
         runs, hist = load(uri, experiment)
         for name, plot in PLOTS.items():
-            out = plot(runs, hist, tmp_path / experiment / f"{name}.png")
-            assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 5000, name
+            fig = plot(runs, hist)
+            if name in expected:
+                assert not is_placeholder(fig) and _data_artists(fig) > 0, (experiment, name)
+            else:
+                assert is_placeholder(fig), (experiment, name)
+            out = save(fig, tmp_path / experiment / f"{name}.png")
+            assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    empty = PLOTS["learning_curves"](runs.iloc[0:0], hist.iloc[0:0])
+    assert is_placeholder(empty) and _data_artists(empty) == 0
 
 
 def test_report_command_exits_0_and_lists_every_run(sweeps, tmp_path):
@@ -107,8 +249,12 @@ def test_report_command_exits_0_and_lists_every_run(sweeps, tmp_path):
     assert all(run_id in summary for run_id in runs["run_id"])
 
 
+NOTEBOOK_FIGURES = {"utd_stability.ipynb": 5, "throughput.ipynb": 2}
+
+
 @pytest.mark.parametrize("notebook, experiment", [("utd_stability.ipynb", "utd"), ("throughput.ipynb", "throughput")])
-def test_notebooks_execute_headlessly(sweeps, tmp_path, notebook, experiment, monkeypatch):
+def test_notebooks_execute_headlessly_and_show_their_table_and_figures(sweeps, tmp_path, notebook, experiment,
+                                                                       monkeypatch):  # fmt: skip
     import nbformat
     from nbclient import NotebookClient
 
@@ -116,9 +262,13 @@ def test_notebooks_execute_headlessly(sweeps, tmp_path, notebook, experiment, mo
     monkeypatch.setenv("DQNLAB_EXPERIMENT", experiment)
     monkeypatch.setenv("DQNLAB_STUDY", "")
     monkeypatch.setenv("DQNLAB_NOTEBOOK_OUT", str(tmp_path))
-    monkeypatch.setenv("MPLBACKEND", "Agg")
     nb = nbformat.read(ROOT / "analysis" / notebook, as_version=4)
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "committed with outputs"
     NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
-    assert any(p.suffix == ".png" for p in tmp_path.iterdir())
-    assert os.environ["DQNLAB_EXPERIMENT"] == experiment
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    figures = [o for o in outputs if "image/png" in o.get("data", {})]
+    assert len(figures) >= NOTEBOOK_FIGURES[notebook]  # every figure rendered inline
+    tables = [o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {})]
+    assert any("final_return" in t and "collapse" in t for t in tables), "the runs table is shown"
+    assert len(list(tmp_path.glob("*.png"))) == NOTEBOOK_FIGURES[notebook]

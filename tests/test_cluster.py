@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from conftest import FOREIGN_SHM_PREFIXES, _shm_entries
 
+from dqnlab import metrics as M
 from dqnlab import services
 from dqnlab.procfs import alive, group_alive
 from tests.procs import pids_with
@@ -154,7 +155,7 @@ def test_one_mlflow_child_run_per_completed_trial_under_one_parent(study_done):
     for run in children:
         assert run.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
         assert run.info.status == "FINISHED"
-        history = client.get_metric_history(run.info.run_id, "td_loss")
+        history = client.get_metric_history(run.info.run_id, M.display_key(M.TD_LOSS))
         steps = [m.step for m in history]
         assert len(steps) >= 5 and steps == sorted(steps), steps
         assert "history.json" in {a.path for a in client.list_artifacts(run.info.run_id)}  # proxied artifacts
@@ -167,7 +168,7 @@ def test_analysis_report_builds_from_the_server(study_done, tmp_path):
                           cwd=REPO, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = (out / "summary.md").read_text()
-    assert "4 runs." in summary
+    assert "4 runs in" in summary
     assert (out / "learning_curves.png").stat().st_size > 10_000  # drawn from the downloaded histories
 
 

@@ -71,3 +71,142 @@ def test_q_statistics():
     assert stats["q_greedy_mean"] == pytest.approx(10 / 3)
     assert stats["q_p50"] == 2.0
     assert stats["target_mean"] == 1.0
+
+
+class OffHost(torch.Tensor):
+    """A stand-in for a tensor on an accelerator, checkable on a CPU-only machine: operations among
+    such tensors work (and stay on the "device"), ``float()`` works (a device sync), but ``.numpy()``
+    and any operation mixing it with a host tensor raise, as they do for a CUDA tensor. ``.cpu()`` or
+    ``.to("cpu")`` returns a plain host tensor."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        from torch.utils._pytree import tree_flatten, tree_map
+
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        if any(isinstance(t, cls) for t in tensors) and any(not isinstance(t, cls) for t in tensors):
+            raise RuntimeError(f"{name}: expected all tensors to be on the same device, found a host tensor")
+        with torch._C.DisableTorchFunctionSubclass():
+            out = func(*args, **kwargs)
+        to_host = name == "cpu" or (name == "to" and any(str(a).startswith("cpu") for a in [*args[1:], *kwargs.values()]))
+        if to_host:
+            return out.as_subclass(torch.Tensor)
+        return tree_map(lambda x: x.as_subclass(cls) if type(x) is torch.Tensor else x, out)
+
+    def numpy(self, *args, **kwargs):
+        raise TypeError("can't convert an accelerator tensor to numpy; copy it to the host first")
+
+
+@pytest.fixture
+def device_semantics(monkeypatch):
+    """``torch.as_tensor(t, dtype=...)`` keeps a device tensor on its device (it converts an OffHost to a
+    host tensor otherwise: torch does not dispatch it to ``__torch_function__``)."""
+    as_tensor = torch.as_tensor
+
+    def faithful(data, dtype=None, device=None):
+        if isinstance(data, OffHost):
+            out = data if dtype is None else data.to(dtype)
+            return out if device is None else out.to(device)
+        return as_tensor(data, dtype=dtype, device=device)
+
+    monkeypatch.setattr(torch, "as_tensor", faithful)
+
+
+def off_host(x) -> torch.Tensor:
+    return torch.as_tensor(np.asarray(x, dtype=np.float32)).as_subclass(OffHost)
+
+
+def test_the_offhost_stand_in_refuses_what_a_gpu_tensor_refuses(device_semantics):
+    t = off_host(np.ones((3, 2)))
+    with pytest.raises(TypeError):
+        t.numpy()
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.searchsorted(t[:, 0].contiguous(), torch.tensor([0.5]))
+    assert isinstance(t.abs().max(dim=1).values, OffHost) and float(t.sum()) == 6.0  # device-local ops work
+    assert type(t.cpu()) is torch.Tensor and type(t.to("cpu", torch.float64)) is torch.Tensor
+    assert isinstance(torch.as_tensor(t, dtype=torch.float64), OffHost)
+
+
+def test_diagnostics_move_device_tensors_to_the_host_first(device_semantics):
+    rng = np.random.default_rng(0)
+    acts = [rng.random((32, 8)), rng.random((32, 4))]
+    expected = dormant_fractions(acts)
+    assert dormant_fractions([off_host(a) for a in acts]) == pytest.approx(expected)
+    assert srank(off_host(acts[0])) == srank(acts[0])
+    q_all = rng.standard_normal((16, 2))
+    q_sa = q_all[:, 0]
+    target = rng.standard_normal(16)
+    host = q_statistics(torch.as_tensor(q_sa), torch.as_tensor(q_all), torch.as_tensor(target))
+    assert q_statistics(off_host(q_sa), off_host(q_all), off_host(target)) == pytest.approx(host, rel=1e-6)
+
+
+class _Chain:
+    """A chain env: reward 1 every step, never terminates; the observation is the step index.
+    ``TimeLimit`` cuts it at ``horizon`` steps (truncated); with ``terminal`` it terminates there."""
+
+    def __init__(self, horizon: int, terminal: bool):
+        self.horizon, self.terminal, self.t = horizon, terminal, 0
+
+    def reset(self, seed=None):
+        self.t = 0
+        return np.array([0.0], np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        end = self.t >= self.horizon
+        return np.array([float(self.t)], np.float32), 1.0, end and self.terminal, end and not self.terminal, {}
+
+
+class _TrueValues:
+    """The exact greedy value function of the chain: 1/(1-gamma) for the continuing task (cut by a
+    time limit), (1 - gamma^(T-t))/(1-gamma) for the episodic one."""
+
+    def __init__(self, gamma: float, horizon: int, terminal: bool):
+        self.gamma, self.horizon, self.terminal = gamma, horizon, terminal
+
+    def q_values(self, obs):
+        t = obs[:, 0]
+        v = (1 - self.gamma ** (self.horizon - t)) / (1 - self.gamma) if self.terminal else 1 / (1 - self.gamma) + 0 * t
+        return np.stack([v, v - 1.0], axis=1)
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_overestimation_of_the_true_value_function_is_zero_at_truncation_and_termination(terminal):
+    from dqnlab.evaluation import evaluate
+
+    gamma, horizon = 0.99, 50
+    res = evaluate(_TrueValues(gamma, horizon, terminal), _Chain(horizon, terminal), episodes=2, gamma=gamma, seed=0)
+    assert res.returns == [50.0, 50.0]
+    assert res.overestimation == pytest.approx(0.0, abs=1e-3)  # float32 observations: ~1e-5 of Q ~ 100
+    if not terminal:  # without the tail the same episode reads mean_t gamma^(T-t)/(1-gamma) ~ +39
+        naive = overestimation(np.full(horizon, 1 / (1 - gamma)), np.ones(horizon), gamma)
+        assert naive > 30
+
+
+def test_discounted_returns_bootstrap_the_tail():
+    g = discounted_returns(np.array([1.0, 1.0]), 0.5, bootstrap=4.0)
+    np.testing.assert_allclose(g, [1 + 0.5 + 0.25 * 4, 1 + 0.5 * 4])
+
+
+def test_the_learners_collapse_signs_work_on_device_tensors(device_semantics):
+    """What the engine computes at a log point, with the learner's probe outputs left on a device."""
+    from dqnlab.collapse import collapse_signs
+    from dqnlab.config import Config
+    from dqnlab.learner import Learner
+    from dqnlab.metrics import DORMANT_FRAC, HARD_DIVERGENCE, SRANK
+
+    learner = Learner(Config.from_flat(batch_size=32, learning_starts=32, probe_size=32), obs_dim=4, num_actions=2)
+    probe = torch.randn(32, 4)
+    host = collapse_signs(learner, probe, reward_bound=1.0, gamma=0.99)
+    on_device = learner.probe
+
+    def probe_on_device(obs):
+        q, acts = on_device(obs)
+        return off_host(q.numpy()), [off_host(a.numpy()) for a in acts]
+
+    learner.probe = probe_on_device
+    device = collapse_signs(learner, probe, reward_bound=1.0, gamma=0.99)
+    assert device.metrics == pytest.approx(host.metrics)
+    assert device.metrics[HARD_DIVERGENCE] == 0.0 and SRANK in device.metrics and DORMANT_FRAC in device.metrics

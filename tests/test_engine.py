@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import time
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -12,6 +14,21 @@ import pytest
 import torch
 
 from dqnlab.config import Config
+from dqnlab.metrics import (
+    ENV_STEPS,
+    EVAL_RETURN_BEST,
+    EVAL_RETURN_MEAN,
+    HARD_DIVERGENCE,
+    LIMITER_BOUND,
+    POLICY_LAG_MAX,
+    POLICY_LAG_MEAN,
+    POLICY_LAG_RUN_MAX,
+    POLICY_LAG_RUN_MEAN,
+    TD_LOSS,
+    UPDATES,
+    UTD_DEFICIT,
+    worker_share,
+)
 from dqnlab.run import RunFailed, train
 
 
@@ -70,6 +87,20 @@ def test_free_limiter_with_a_slow_learner_reports_the_drift(leak_guard):
     assert all(m["updates"] <= 4.0 * (m["env_steps"] - 600) + 1.0 for m in result.history)  # learner still bounded
 
 
+def produced_share_seen(history, workers: int) -> np.ndarray:
+    """Each worker's produced share as the learner saw it, weighted by the updates of each log window.
+    The sampled share counts every draw since the first update while the produced share moves with
+    each worker's speed; with capacity > budget this is also what the ring held when it was sampled."""
+    weights, shares, last = [], [], 0
+    for m in history:
+        if worker_share(0, "produced") not in m:
+            continue
+        weights.append(m[UPDATES] - last)
+        shares.append([m[worker_share(w, "produced")] for w in range(workers)])
+        last = m[UPDATES]
+    return np.average(np.array(shares), axis=0, weights=np.array(weights, dtype=float))
+
+
 def test_slow_worker_transitions_are_sampled_in_proportion_to_what_it_produced(leak_guard):
     config = small(utd=1.0, num_workers=2, total_env_steps=3000, learning_starts=300)
     result = train(config, step_delay_s={1: 0.002})
@@ -79,30 +110,60 @@ def test_slow_worker_transitions_are_sampled_in_proportion_to_what_it_produced(l
     resident = np.array([f["worker0_resident_share"], f["worker1_resident_share"]])
     assert 0.02 < produced[1] < 0.4, produced  # the slow worker really is slower
     np.testing.assert_allclose(resident, produced)  # capacity > budget: everything produced is resident
-    # The sampled share counts every draw since the first update, while the worker's produced share
-    # moves with its speed; compare it to the produced share as the learner saw it, weighted by the
-    # updates of each log window (capacity > budget, so that is also what the ring held).
-    weights, shares, last = [], [], 0
-    for m in result.history:
-        weights.append(m["updates"] - last)
-        shares.append([m["worker0_produced_share"], m["worker1_produced_share"]])
-        last = m["updates"]
-    seen = np.average(np.array(shares), axis=0, weights=np.array(weights, dtype=float))
+    seen = produced_share_seen(result.history, 2)
     print("slow-worker shares: seen", seen, "sampled", sampled, "final produced", produced)
     assert np.abs(sampled - seen).max() < 0.05, (seen, sampled, produced)  # stated tolerance: 0.05
 
 
-def test_serial_mode_is_deterministic_and_matches_the_parallel_accounting(leak_guard):
-    config = small(mode="serial", utd=1.0, total_env_steps=1500, eval_every_steps=500, eval_episodes=2)
+def test_serial_mode_is_deterministic_and_parallel_mode_measures_the_same(leak_guard):
+    config = small(mode="serial", utd=1.0, total_env_steps=3000, eval_every_steps=1000, eval_episodes=2,
+                   log_every=100)  # fmt: skip
     a, b = train(config), train(config)
-    losses_a = [m.get("td_loss") for m in a.history]
-    assert losses_a == [m.get("td_loss") for m in b.history]
-    assert [m.get("eval_return_mean") for m in a.history] == [m.get("eval_return_mean") for m in b.history]
+    assert [m.get(TD_LOSS) for m in a.history] == [m.get(TD_LOSS) for m in b.history]
+    assert [m.get(EVAL_RETURN_MEAN) for m in a.history] == [m.get(EVAL_RETURN_MEAN) for m in b.history]
     parallel = train(config.replace(mode="parallel"))
     for r in (a, parallel):
-        assert r.status == "completed"
-        assert r.final["env_steps"] == 1500 and r.final["updates"] == 1000
-        assert len(r.history) == len(a.history)
+        assert r.status == "completed" and r.final[UPDATES] == 2500
+    # What the budget does not force, measured the same way in both modes:
+    # the policy lag over the run (replay age plus sync delay) ...
+    lag_s, lag_p = a.final[POLICY_LAG_RUN_MEAN], parallel.final[POLICY_LAG_RUN_MEAN]
+    print(f"policy lag over the run: serial {lag_s:.1f}, parallel {lag_p:.1f} updates")
+    assert abs(lag_p - lag_s) <= 0.1 * lag_s
+    # ... each worker was sampled as much as it produced, as the learner saw it (serial: exactly half each) ...
+    assert [a.final[worker_share(w, "produced")] for w in range(2)] == [0.5, 0.5]
+    for r in (a, parallel):
+        sampled = np.array([r.final[worker_share(w, "sampled")] for w in range(2)])
+        assert np.abs(sampled - produced_share_seen(r.history, 2)).max() < 0.05, sampled
+    # ... and the deficit stayed inside the limiter's bound at every log point
+    for r in (a, parallel):
+        assert all(abs(m[UTD_DEFICIT]) <= m[LIMITER_BOUND] + 1e-9 for m in r.history if UTD_DEFICIT in m)
+
+
+def test_a_parallel_run_from_a_process_with_threads_forks_its_actors_elsewhere(leak_guard):
+    import threading
+
+    from dqnlab.procfs import children
+
+    stop = threading.Event()
+    busy = threading.Thread(target=stop.wait, name="busy-thread")
+    busy.start()
+    seen: list[set[str]] = []
+
+    class Children:  # what this process has forked, seen while the run is going on
+        def on_log(self, metrics):
+            seen.append({Path(f"/proc/{pid}/cmdline").read_bytes().decode().replace("\0", " ") for pid in
+                         children(os.getpid())})  # fmt: skip
+
+    recorder = Recorder()
+    try:
+        result = train(small(total_env_steps=1500), [Children(), recorder])
+    finally:
+        stop.set()
+        busy.join()
+    assert result.status == "completed" and result.final[UPDATES] == 1000
+    assert recorder.ended is not None and recorder.ended.status == "completed"  # callbacks got every event here
+    assert len(recorder.logs) == len(result.history)
+    assert seen and all(cmds and all("dqnlab.trial_process" in c for c in cmds) for cmds in seen), seen
 
 
 def test_kill_9_of_a_worker_fails_the_run_within_5_s_naming_it(leak_guard):
@@ -186,3 +247,65 @@ def test_cuda_without_a_gpu_is_refused_before_any_process_starts():
 
     with pytest.raises(ConfigError, match="device: got 'cuda'"):
         train(small(device="cuda"))
+
+
+def _evals(history):
+    return [m for m in history if EVAL_RETURN_MEAN in m]
+
+
+@pytest.mark.parametrize("mode", ["serial", "parallel"])
+def test_every_evaluation_is_recorded_once_at_its_own_env_step(leak_guard, mode):
+    # utd 0.05 and log_every 500: the run's 475 updates make no log point before the end, while an
+    # evaluation is due every 1,000 env steps
+    config = small(mode=mode, utd=0.05, total_env_steps=10_000, learning_starts=500, eval_every_steps=1000,
+                   eval_episodes=1, log_every=500, num_workers=2)  # fmt: skip
+    result = train(config)
+    evals = _evals(result.history)
+    steps = [m[ENV_STEPS] for m in evals]
+    assert len(evals) == 10, steps
+    for k, (m, s) in enumerate(zip(evals, steps), start=1):
+        assert k * 1000 <= s < (k + 1) * 1000 or s == 10_000, steps  # taken once per period, at its own step
+        if mode == "serial":
+            assert s == k * 1000
+        assert m[UPDATES] <= 0.05 * (s - 500) + 1.0 + 1e-9
+    assert steps[-1] == 10_000  # the end-of-run evaluation, not a duplicate of it
+    assert len(set(steps)) == len(steps)
+    assert result.final[EVAL_RETURN_BEST] == max(m[EVAL_RETURN_MEAN] for m in evals)
+
+
+def test_a_diverged_run_is_never_evaluated_on_non_finite_weights(leak_guard):
+    config = small(lr=1e12, max_grad_norm=1e30, total_env_steps=20_000, learning_starts=200, probe_size=32,
+                   log_every=20, gamma=0.999, eval_every_steps=100, eval_episodes=1, mode="serial")  # fmt: skip
+    result = train(config)
+    assert result.status == "diverged"
+    diverged_at = next(m[ENV_STEPS] for m in result.history if m.get(HARD_DIVERGENCE) == 1.0)
+    assert all(m[ENV_STEPS] < diverged_at for m in _evals(result.history))
+    assert result.history[-1][HARD_DIVERGENCE] == 1.0  # the divergence is the run's last record
+    from dqnlab.objective import final_eval_return
+
+    assert math.isnan(final_eval_return(result.history, result.status))  # no policy, no return
+
+
+@pytest.mark.parametrize("slack", [0.5, 3.0])
+def test_strict_run_ends_at_exactly_the_owed_updates_for_any_slack(leak_guard, slack):
+    config = small(utd=1.0, limiter_slack=slack, total_env_steps=1500, mode="serial")
+    result = train(config)
+    assert result.final[UPDATES] == 1000  # floor(utd * (E - learning_starts)), not a slack beyond it
+    bound = max(slack + 1.0, 1.0)
+    for m in result.history:
+        if UTD_DEFICIT in m:
+            assert -slack - 1e-9 <= m[UTD_DEFICIT] <= bound + 1e-9, m
+            assert m[LIMITER_BOUND] == bound
+
+
+def test_policy_lag_is_reported_for_the_window_and_for_the_whole_run(leak_guard):
+    result = train(small(utd=1.0, total_env_steps=2000, log_every=100, mode="serial"))
+    logs = [m for m in result.history if POLICY_LAG_MEAN in m]
+    windows = np.array([m[POLICY_LAG_MEAN] for m in logs])
+    maxima = np.array([m[POLICY_LAG_MAX] for m in logs])
+    last = result.final
+    assert len(logs) == 15  # 1,500 updates / log_every 100; the end-of-run record has an empty window
+    # every window holds log_every * batch_size draws: the run mean is the mean of the window means
+    assert last[POLICY_LAG_RUN_MEAN] == pytest.approx(windows.mean(), rel=1e-9)
+    assert last[POLICY_LAG_RUN_MAX] == maxima.max()
+    assert windows[-1] > last[POLICY_LAG_RUN_MEAN]  # the last window alone would overstate the run

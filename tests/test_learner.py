@@ -102,6 +102,23 @@ def test_shrink_perturb_interpolates_towards_a_fresh_init():
     assert all(torch.equal(a, b) for a, b in zip(before, _params(learner.net)))
 
 
+@pytest.mark.parametrize("alpha", [0.0, 0.3, 0.8])
+def test_shrink_perturb_is_alpha_theta_plus_one_minus_alpha_fresh(alpha):
+    learner = _learner(reset="shrink_perturb", reset_every=10_000, shrink_alpha=alpha)
+    _prime(learner)
+    before = _params(learner.net)
+    state = learner._gen.get_state()  # the fresh draw the reset will make, drawn here first
+    fresh = _params(learner._fresh_net())
+    learner._gen.set_state(state)
+    learner.reset("shrink_perturb")
+    after = _params(learner.net)
+    assert not all(torch.equal(a, b) for a, b in zip(before, after))
+    for b, f, a, t in zip(before, fresh, after, learner.target.parameters()):
+        torch.testing.assert_close(a, alpha * b + (1 - alpha) * f)
+        torch.testing.assert_close(t.detach(), a)  # the target takes the same values
+    assert all(not learner.optimizer.state.get(p) for p in learner.net.parameters())  # Adam state cleared
+
+
 def test_reset_runs_on_schedule_in_updates():
     learner = _learner(reset="head", reset_every=4)
     _prime(learner, steps=8)

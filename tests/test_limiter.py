@@ -49,6 +49,44 @@ def test_lockstep_simulation_never_deadlocks_and_keeps_the_deficit_bound(utd, sl
     assert abs(final - utd * (total - 8)) < 1
 
 
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("utd, slack", [(0.25, 0.5), (1.0, 1.0), (4.0, 3.0), (16.0, 0.5)])
+def test_random_schedules_of_several_actors_with_claims_in_flight_keep_the_bound(utd, slack, seed):
+    """Actors claim under the limiter (E counts claimed steps), then commit later; the learner sees
+    only committed steps. Any interleaving keeps the stated bound and ends at the owed updates."""
+    import random
+
+    rng = random.Random(seed)
+    n, actors, learning_starts, total = 2, 3, 8, 300
+    lim = RateLimiter(utd=utd, learning_starts=learning_starts, slack=slack, strict=True).for_budget(total)
+    claimed = inserted = updates = 0
+    in_flight = [0] * actors  # steps claimed by each actor and not yet committed
+    stalls = 0
+    while inserted < total or updates < lim.max_updates:
+        moves = []
+        if lim.learner_may_update(inserted, updates):
+            moves.append(("learn", None))
+        for a in range(actors):
+            if in_flight[a]:
+                moves.append(("commit", a))
+            elif claimed < total and lim.actor_may_claim(claimed, updates):
+                moves.append(("claim", a))
+        assert moves, f"deadlock: E={inserted} claimed={claimed} U={updates}"
+        kind, a = rng.choice(moves)
+        if kind == "learn":
+            updates += 1
+        elif kind == "claim":
+            in_flight[a], claimed = n, claimed + n
+        else:
+            inserted, in_flight[a] = inserted + in_flight[a], 0
+        if inserted >= learning_starts:
+            d = lim.deficit(inserted, updates)
+            assert -slack - 1e-9 <= d <= lim.max_deficit(n) + 1e-9, (kind, inserted, claimed, updates)
+        stalls += 1
+        assert stalls < 100_000
+    assert updates == lim.final_updates(total) == int(utd * (total - learning_starts))
+
+
 def test_realised_utd():
     assert realised_utd(500, 1500, 1000) == 1.0
     assert realised_utd(0, 10, 1000) != realised_utd(0, 10, 1000)  # NaN before learning starts

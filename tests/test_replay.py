@@ -53,6 +53,27 @@ def test_concurrent_writers_lose_and_duplicate_nothing(leak_guard):
     np.testing.assert_array_equal(np.bincount(workers_col, minlength=workers), produced)
 
 
+def test_concurrent_writers_while_the_ring_wraps_keep_the_newest_and_exact_counts(leak_guard):
+    total, workers, capacity = 9000, 3, 1000  # the ring wraps 9 times under three writers
+    replay = _make(capacity=capacity, workers=workers, total=total)
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_writer, args=(replay, w, 3)) for w in range(workers)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(30)
+    assert [p.exitcode for p in procs] == [0] * workers
+    assert replay.env_steps == total and replay.produced().sum() == total
+    # exactly the newest `capacity` transitions are resident, each once, in slot seq % capacity
+    seqs = replay.resident_seq()
+    np.testing.assert_array_equal(np.sort(seqs), np.arange(total - capacity, total))
+    np.testing.assert_array_equal(seqs % capacity, np.arange(capacity))
+    workers_col = replay.resident_column("worker")
+    np.testing.assert_array_equal(replay.resident(), np.bincount(workers_col, minlength=workers))
+    np.testing.assert_array_equal(replay.resident_column("obs")[:, 0], workers_col)  # no torn payload
+    assert (replay.resident() >= 0).all()
+
+
 def test_ring_overwrites_oldest_and_keeps_resident_counts():
     replay = _make(capacity=10, workers=2, total=100)
     for step in range(8):

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from procs import pids_with
 
+from dqnlab import metrics as M
+
 ROOT = Path(__file__).resolve().parent.parent
 UTD = [sys.executable, str(ROOT / "sweeps" / "utd.py")]
 TINY = ["--preset", "smoke", "--quiet"]
@@ -60,8 +62,8 @@ def test_smoke_sweep_records_every_trial_and_a_rerun_adds_nothing(tmp_path):
         assert child.info.status == "FINISHED" and child.data.tags["status"] == "completed"
         assert {"trial_number", "grid_point", "git_commit"} <= set(child.data.tags)
         assert child.data.params["utd"] in ("1.0", "4.0") and "hidden_sizes" in child.data.params
-        for key in ("td_loss", "utd_realised", "q_mean", "srank", "eval_return_mean", "policy_lag_mean"):
-            assert client.get_metric_history(child.info.run_id, key), key
+        for key in (M.TD_LOSS, M.UTD_REALISED, M.Q_MEAN, M.SRANK, M.EVAL_RETURN_MEAN, M.POLICY_LAG_RUN_MEAN):
+            assert client.get_metric_history(child.info.run_id, M.display_key(key)), key  # e.g. q/td_loss
         artifacts = {a.path for a in client.list_artifacts(child.info.run_id)}
         assert {"config.json", "history.json"} <= artifacts
     rerun = run_utd(tmp_path)
@@ -175,4 +177,79 @@ def test_a_crashing_trial_is_failed_in_optuna_and_mlflow_and_the_sweep_goes_on(t
     runs = [r for r in client.search_runs([exp.experiment_id]) if r.data.tags.get("dqnlab.role") == "trial"]
     failed = [r for r in runs if r.info.status == "FAILED"]
     assert len(failed) == 1 and "boom: injected env failure" in failed[0].data.tags["error"]
-    assert client.get_metric_history(failed[0].info.run_id, "td_loss"), "metrics before the crash are kept"
+    assert client.get_metric_history(failed[0].info.run_id, M.display_key(M.TD_LOSS)), "metrics before the crash are kept"
+
+
+def test_a_configuration_this_machine_refuses_fails_its_trial_and_the_sweep_goes_on(tmp_path):
+    # a study with cuda points joined from a machine without CUDA (like this one, and CI)
+    import torch
+
+    from dqnlab.sweep import SweepSpec, locations, run_sweep
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    spec = SweepSpec("refuse", "refuse-test", dict(total_env_steps=800, learning_starts=200, batch_size=32,
+                     probe_size=32, hidden_sizes=(16,), eval_every_steps=400, eval_episodes=1, num_workers=1),
+                     {"device": ["cuda", "cpu"]})  # fmt: skip
+    summary = run_sweep(spec, locations(tmp_path, None, None), quiet=True)
+    assert [r["point"]["device"] for r in summary["rows"]] == ["cpu"]
+    assert summary["states"] == {"FAIL": 1, "COMPLETE": 1}
+    import optuna
+
+    study = optuna.load_study(study_name="refuse-test", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    failed = [t for t in study.trials if t.state.name == "FAIL"][0]
+    assert "configuration refused on" in failed.user_attrs["error"] and "device: got 'cuda'" in failed.user_attrs["error"]
+    client, _ = _client(tmp_path, "refuse")
+    run = client.get_run(failed.user_attrs["mlflow_run_id"])
+    assert run.info.status == "FAILED" and "device" in run.data.tags["error"]
+
+
+def _client(results: Path, experiment: str):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{results / 'mlflow.db'}")
+    return client, client.get_experiment_by_name(experiment)
+
+
+def test_the_study_run_is_closed_with_its_cells_and_running_again_while_a_rerun_adds_trials(tmp_path, monkeypatch):
+    import mlflow
+
+    from dqnlab import tracking, trial_process
+    from dqnlab.sweep import SweepSpec, locations, run_sweep
+    from dqnlab.tracking import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG
+
+    base = dict(total_env_steps=800, learning_starts=200, batch_size=32, probe_size=32, hidden_sizes=(16,),
+                eval_every_steps=400, eval_episodes=1, num_workers=1, mode="serial")  # fmt: skip
+    spec = SweepSpec("study", "study-test", base, {"utd": [1.0], "seed": [0, 1]})
+    loc = locations(tmp_path, None, None)
+    real = trial_process.run_trial
+
+    def second_trial_dies(request, callbacks):
+        if request.config.run.seed == 1:
+            return trial_process.TrialOutcome("died", None, "injected: the trial process was killed")
+        return real(request, callbacks)
+
+    monkeypatch.setattr(trial_process, "run_trial", second_trial_dies)
+    run_sweep(spec, loc, quiet=True)
+    client, exp = _client(tmp_path, "study")
+    assert exp.tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND  # opened as model training, not GenAI
+    parent = client.search_runs([exp.experiment_id], filter_string="tags.`dqnlab.role` = 'parent'")[0]
+    assert parent.info.status == "FAILED" and parent.info.end_time  # a point failed: closed, with its duration
+    first_end = parent.info.end_time
+
+    monkeypatch.setattr(trial_process, "run_trial", real)
+    seen = []  # the parent's status while the rerun's trial starts
+    original = tracking.MlflowRunTracker.on_start
+
+    def on_start(self, config):
+        seen.append(client.get_run(parent.info.run_id).info.status)
+        original(self, config)
+
+    monkeypatch.setattr(tracking.MlflowRunTracker, "on_start", on_start)
+    run_sweep(spec, loc, quiet=True)  # the rerun runs the failed point again
+    assert seen == ["RUNNING"]  # a rerun that adds trials reopens the study's run
+    parent = client.get_run(parent.info.run_id)
+    assert parent.info.status == "FINISHED" and parent.info.end_time > first_end
+    cells = mlflow.artifacts.load_dict(f"{parent.info.artifact_uri}/summary/cells.json")["cells"]
+    assert len(cells) == 1 and cells[0]["n_seeds"] == 2 and cells[0]["utd"] == 1.0
+    assert client.get_run(parent.info.run_id).data.metrics["points_complete"] == 2

@@ -1,0 +1,165 @@
+"""The metric vocabulary: every name a run reports, with its unit, its meaning and its DESIGN.md term.
+
+Engine, trackers, analysis, plots and notebooks import names from here; none retypes them as a
+string literal. A log point is a flat ``{name: float}`` dict; ``env_steps`` is its step axis.
+Families with an index (per worker, per hidden layer) are built by :func:`worker_share` and
+:func:`dormant_layer`. The section (``eval``, ``q``, ...) only groups charts for display: the
+MLflow tracker logs ``<section>/<name>``; histories and analysis use the bare name.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    unit: str
+    meaning: str
+    section: str
+    term: str = ""
+    """The DESIGN.md term it measures, if any."""
+
+
+_ALL: list[Metric] = []
+
+
+def _m(name: str, unit: str, meaning: str, section: str, term: str = "") -> str:
+    _ALL.append(Metric(name, unit, meaning, section, term))
+    return name
+
+
+# --- progress and throughput ----------------------------------------------------------------------
+ENV_STEPS = _m("env_steps", "env steps", "env steps inserted into replay, over all actors", "progress", "env step")
+UPDATES = _m("updates", "updates", "gradient updates done by the learner", "progress")
+TIME_S = _m("time_s", "s", "seconds since the run started", "progress")
+ENV_STEPS_PER_S = _m("env_steps_per_s", "env steps/s", "env steps per second since the previous log point", "throughput")
+UPDATES_PER_S = _m("updates_per_s", "updates/s", "gradient updates per second since the previous log point",
+                   "throughput")  # fmt: skip
+ENV_STEPS_PER_S_TOTAL = _m("env_steps_per_s_total", "env steps/s", "env steps per second over the whole run",
+                           "throughput")  # fmt: skip
+UPDATES_PER_S_TOTAL = _m("updates_per_s_total", "updates/s", "gradient updates per second over the whole run",
+                         "throughput")  # fmt: skip
+UTD_REALISED = _m("utd_realised", "updates/env step", "updates / (env_steps - learning_starts)", "throughput",
+                  "realised UTD")  # fmt: skip
+UTD_DEFICIT = _m("utd_deficit", "updates", "utd * (env_steps - learning_starts) - updates (the limiter's d)",
+                 "throughput", "rate limiter")  # fmt: skip
+LIMITER_BOUND = _m("limiter_bound", "updates", "the bound on |d| the strict limiter guarantees", "throughput",
+                   "rate limiter")  # fmt: skip
+LEARNER_WAIT_S = _m("learner_wait_s", "s", "seconds the learner waited on the limiter, cumulative", "throughput")
+ACTOR_WAIT_S = _m("actor_wait_s", "s", "seconds the actors waited on the limiter, summed over actors, cumulative",
+                  "throughput")  # fmt: skip
+
+# --- workers: lag and shares ----------------------------------------------------------------------
+POLICY_LAG_MEAN = _m("policy_lag_mean", "updates", "mean policy lag of the batch elements sampled in this log window",
+                     "workers", "policy lag")  # fmt: skip
+POLICY_LAG_MAX = _m("policy_lag_max", "updates", "max policy lag in this log window", "workers", "policy lag")
+POLICY_LAG_RUN_MEAN = _m("policy_lag_run_mean", "updates", "mean policy lag over every batch element sampled so far",
+                         "workers", "policy lag")  # fmt: skip
+POLICY_LAG_RUN_MAX = _m("policy_lag_run_max", "updates", "max policy lag over the whole run so far", "workers",
+                        "policy lag")  # fmt: skip
+ACTOR_STALENESS_MEAN = _m("actor_staleness_mean", "updates",
+                          "learner updates between the acting version and insertion (sync delay), this window",
+                          "workers")  # fmt: skip
+ACTOR_STALENESS_RUN_MEAN = _m("actor_staleness_run_mean", "updates", "actor staleness over the whole run so far",
+                              "workers")  # fmt: skip
+EPSILON_MEAN = _m("epsilon_mean", "probability", "mean exploration rate over the workers", "workers")
+SHARE_KINDS = ("produced", "resident", "sampled")
+_WORKER_SHARE = re.compile(r"^worker(\d+)_(produced|resident|sampled)_share$")
+
+
+def worker_share(worker: int, kind: str) -> str:
+    """``worker{w}_{produced|resident|sampled}_share``: the worker's fraction of env steps produced, of
+    transitions resident in replay, of batch elements sampled (DESIGN.md: worker share)."""
+    if kind not in SHARE_KINDS:
+        raise ValueError(f"kind: got {kind!r}; allowed: {SHARE_KINDS}")
+    return f"worker{worker}_{kind}_share"
+
+
+# --- learner and Q statistics ---------------------------------------------------------------------
+TD_LOSS = _m("td_loss", "squared return units", "mean Huber TD loss over the updates of this log window", "q",
+             "Q statistics")  # fmt: skip
+TD_LOSS_LAST = _m("td_loss_last", "squared return units", "Huber TD loss of the last update", "q", "Q statistics")
+Q_MEAN = _m("q_mean", "return", "mean Q(s,a) on the last sampled batch", "q", "Q statistics")
+Q_MAX = _m("q_max", "return", "max Q(s,a) on the last sampled batch", "q", "Q statistics")
+Q_MIN = _m("q_min", "return", "min Q(s,a) on the last sampled batch", "q", "Q statistics")
+Q_GREEDY_MEAN = _m("q_greedy_mean", "return", "mean max_a Q(s,.) on the last sampled batch", "q", "Q statistics")
+Q_GREEDY_MAX = _m("q_greedy_max", "return", "max of max_a Q(s,.) on the last sampled batch", "q", "Q statistics")
+Q_GREEDY_MIN = _m("q_greedy_min", "return", "min of max_a Q(s,.) on the last sampled batch", "q", "Q statistics")
+TARGET_MEAN = _m("target_mean", "return", "mean TD target on the last sampled batch", "q", "Q statistics")
+Q_QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
+Q_P = {q: _m(f"q_p{round(q * 100):02d}", "return", f"{q:.0%} quantile of Q(s,a) on the last sampled batch", "q",
+             "Q statistics") for q in Q_QUANTILES}  # fmt: skip
+GRAD_NORM = _m("grad_norm", "", "global gradient norm of the last update, before clipping", "q", "Q statistics")
+PARAM_NORM = _m("param_norm", "", "L2 norm of the online parameters", "q", "Q statistics")
+TARGET_UPDATES = _m("target_updates", "count", "target-network updates so far (copies or Polyak steps)", "learner",
+                    "target update")  # fmt: skip
+RESETS = _m("resets", "count", "plasticity resets so far", "learner", "reset")
+
+# --- collapse signs -------------------------------------------------------------------------------
+Q_PROBE_ABS_MAX = _m("q_probe_abs_max", "return", "max |Q| on the fixed probe batch", "collapse", "soft divergence")
+Q_BOUND = _m("q_bound", "return", "R_max / (1 - gamma)", "collapse", "soft divergence")
+SOFT_DIVERGENCE = _m("soft_divergence", "0/1", "1 when q_probe_abs_max > q_bound (or not finite)", "collapse",
+                     "soft divergence")  # fmt: skip
+HARD_DIVERGENCE = _m("hard_divergence", "0/1", "1 when a parameter or a probe Q-value is NaN/inf", "collapse",
+                     "soft divergence")  # fmt: skip
+SRANK = _m("srank", "dimensions", "srank (delta 0.01) of the penultimate features on the probe batch", "collapse",
+           "srank")  # fmt: skip
+DORMANT_TAUS = (0.0, 0.1)
+DORMANT = {tau: _m(f"dormant_frac_tau{tau:g}", "fraction", f"fraction of tau-dormant hidden units, tau {tau:g}, all layers",
+                   "collapse", "dormant fraction") for tau in DORMANT_TAUS}  # fmt: skip
+DORMANT_FRAC = _m("dormant_frac", "fraction", "dormant_frac_tau0.1 (the headline dormant fraction)", "collapse",
+                  "dormant fraction")  # fmt: skip
+_DORMANT_LAYER = re.compile(r"^dormant_frac_tau[0-9.]+_l(\d+)$")
+
+
+def dormant_layer(tau: float, layer: int) -> str:
+    """``dormant_frac_tau{tau}_l{i}``: the tau-dormant fraction of hidden layer ``i`` alone."""
+    return f"{DORMANT[tau]}_l{layer}"
+
+
+# --- returns ----------------------------------------------------------------------------------------
+EVAL_RETURN_MEAN = _m("eval_return_mean", "return", "mean undiscounted return of the greedy evaluation episodes",
+                      "eval")  # fmt: skip
+EVAL_RETURN_STD = _m("eval_return_std", "return", "std of the greedy evaluation returns", "eval")
+EVAL_RETURN_MIN = _m("eval_return_min", "return", "lowest greedy evaluation return", "eval")
+EVAL_LENGTH_MEAN = _m("eval_length_mean", "env steps", "mean length of the greedy evaluation episodes", "eval")
+EVAL_RETURN_BEST = _m("eval_return_best", "return", "best eval_return_mean so far", "eval")
+OVERESTIMATION = _m("overestimation", "return",
+                    "mean over greedy episodes of max_a Q(s_t,.) - G_t, G_t bootstrapped at truncations", "eval",
+                    "overestimation")  # fmt: skip
+TRAIN_RETURN_MEAN = _m("train_return_mean", "return", "mean return of the actors' episodes finished in this window",
+                       "eval")  # fmt: skip
+TRAIN_LENGTH_MEAN = _m("train_length_mean", "env steps", "mean length of the actors' episodes finished in this window",
+                       "eval")  # fmt: skip
+TRAIN_EPISODES = _m("train_episodes", "count", "actor episodes finished in this window", "eval")
+OBJECTIVE = _m("objective", "return or env steps/s", "the sweep objective of the run (see dqnlab.sweep)", "eval")
+
+METRICS: dict[str, Metric] = {m.name: m for m in _ALL}
+
+EVAL_METRICS = (EVAL_RETURN_MEAN, EVAL_RETURN_STD, EVAL_RETURN_MIN, EVAL_LENGTH_MEAN, OVERESTIMATION)
+"""What one evaluation reports (an eval record holds these plus env_steps, updates, time_s, eval_return_best)."""
+
+
+def describe(name: str) -> Metric:
+    """The :class:`Metric` of ``name``, families included; KeyError naming the vocabulary otherwise."""
+    if name in METRICS:
+        return METRICS[name]
+    if m := _WORKER_SHARE.match(name):
+        return Metric(name, "fraction", f"worker {m[1]}'s share of {m[2]} transitions", "workers", "worker share")
+    if m := _DORMANT_LAYER.match(name):
+        base = METRICS[name.rsplit("_l", 1)[0]]
+        return Metric(name, "fraction", f"{base.meaning}: hidden layer {m[1]} alone", "collapse", "dormant fraction")
+    raise KeyError(f"{name!r} is not in the metric vocabulary (dqnlab.metrics); known: {sorted(METRICS)}")
+
+
+def display_key(name: str) -> str:
+    """``<section>/<name>``: the key the MLflow tracker logs, so that the UI groups charts by section."""
+    return f"{describe(name).section}/{name}"
+
+
+def bare_name(key: str) -> str:
+    """Inverse of :func:`display_key` (a bare name is returned as it is)."""
+    return key.split("/", 1)[1] if "/" in key else key

@@ -1,0 +1,115 @@
+"""Statistics over seeds, as rliable defines them (Agarwal et al. 2021), on numpy.
+
+Used per cell (one configuration, its seeds), never over runs of different configurations:
+:func:`iqm` and :func:`bootstrap_ci` take the runs of one cell; :func:`stratified_bootstrap_ci`
+takes one array per task (environment) of one configuration and resamples within each;
+:func:`difference_ci` and :func:`probability_of_improvement` compare two configurations that differ
+in one axis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+Statistic = Callable[[np.ndarray], float]
+
+
+def iqm(values: Sequence[float]) -> float:
+    """Interquartile mean: the mean of the middle 50% after cutting ``floor(n/4)`` values at each end
+    (as ``scipy.stats.trim_mean(x, 0.25)``, rliable's IQM). NaN for no values."""
+    x = np.sort(np.asarray(values, dtype=np.float64))
+    if x.size == 0:
+        return float("nan")
+    cut = int(0.25 * x.size)
+    return float(x[cut : x.size - cut].mean())
+
+
+def _percentiles(stats: np.ndarray, confidence: float) -> tuple[float, float]:
+    alpha = (1.0 - confidence) / 2.0
+    return float(np.quantile(stats, alpha)), float(np.quantile(stats, 1.0 - alpha))
+
+
+def stratified_bootstrap_ci(
+    values_by_task: Sequence[Sequence[float]],
+    statistic: Statistic = iqm,
+    reps: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """``(point, low, high)`` for one configuration over several tasks: the statistic of all its runs,
+    and a percentile CI from resampling runs with replacement *within each task* (rliable's
+    stratified bootstrap). With one task this is the plain percentile bootstrap over seeds."""
+    tasks = [np.asarray(v, dtype=np.float64) for v in values_by_task if len(v)]
+    if not tasks:
+        return (float("nan"),) * 3
+    point = statistic(np.concatenate(tasks))
+    rng = np.random.default_rng(seed)
+    stats = np.empty(reps)
+    for r in range(reps):
+        stats[r] = statistic(np.concatenate([t[rng.integers(0, t.size, t.size)] for t in tasks]))
+    return (point, *_percentiles(stats, confidence))
+
+
+def bootstrap_ci(values: Sequence[float], statistic: Statistic = iqm, reps: int = 2000, confidence: float = 0.95,
+                 seed: int = 0) -> tuple[float, float, float]:  # fmt: skip
+    """``(point, low, high)`` over the seeds of one cell (a single stratum)."""
+    return stratified_bootstrap_ci([values], statistic, reps, confidence, seed)
+
+
+def difference_ci(
+    x_by_task: Sequence[Sequence[float]],
+    y_by_task: Sequence[Sequence[float]],
+    statistic: Statistic = iqm,
+    reps: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """``statistic(X) - statistic(Y)`` with a percentile CI; X and Y resampled independently, each
+    within its tasks (task ``m`` of X is compared with task ``m`` of Y)."""
+    xs = [np.asarray(v, dtype=np.float64) for v in x_by_task]
+    ys = [np.asarray(v, dtype=np.float64) for v in y_by_task]
+    if not any(len(v) for v in xs) or not any(len(v) for v in ys):
+        return (float("nan"),) * 3
+    point = statistic(np.concatenate(xs)) - statistic(np.concatenate(ys))
+    rng = np.random.default_rng(seed)
+
+    def draw(groups: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate([g[rng.integers(0, g.size, g.size)] for g in groups if g.size])
+
+    stats = np.array([statistic(draw(xs)) - statistic(draw(ys)) for _ in range(reps)])
+    return (point, *_percentiles(stats, confidence))
+
+
+def _p_improvement(x_by_task: list[np.ndarray], y_by_task: list[np.ndarray]) -> float:
+    per_task = []
+    for x, y in zip(x_by_task, y_by_task):
+        if x.size and y.size:
+            greater = (x[:, None] > y[None, :]).mean()
+            ties = (x[:, None] == y[None, :]).mean()
+            per_task.append(greater + 0.5 * ties)
+    return float(np.mean(per_task)) if per_task else float("nan")
+
+
+def probability_of_improvement(
+    x_by_task: Sequence[Sequence[float]],
+    y_by_task: Sequence[Sequence[float]],
+    reps: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """``P(X > Y)`` as rliable defines it: per task the Mann-Whitney U statistic over all pairs of runs
+    (``1`` if ``x > y``, ``0.5`` on a tie), averaged over tasks; with a stratified-bootstrap CI."""
+    xs = [np.asarray(v, dtype=np.float64) for v in x_by_task]
+    ys = [np.asarray(v, dtype=np.float64) for v in y_by_task]
+    point = _p_improvement(xs, ys)
+    if np.isnan(point):
+        return (point, point, point)
+    rng = np.random.default_rng(seed)
+
+    def draw(groups: list[np.ndarray]) -> list[np.ndarray]:
+        return [g[rng.integers(0, g.size, g.size)] if g.size else g for g in groups]
+
+    stats = np.array([_p_improvement(draw(xs), draw(ys)) for _ in range(reps)])
+    return (point, *_percentiles(stats, confidence))

@@ -1,0 +1,223 @@
+"""One sweep trial in a fresh process, so that actors are never forked from a process with threads.
+
+A sweep process runs Optuna's heartbeat thread (and MLflow's imports start a native allocator
+thread); a ``fork`` there copies locks another thread may hold. So the sweep never runs the engine
+itself: for each trial it starts ``python -m dqnlab.trial_process`` (``subprocess``: fork + exec,
+safe from a threaded parent). That process imports the engine only (no Optuna, no MLflow: ~1.6 s
+here), runs :func:`dqnlab.run.train`, and streams the callbacks' events (``on_start``, ``on_log``,
+``on_end``, ``on_progress``) and the outcome back over a pipe; the sweep process feeds them to its
+MLflow tracker. :func:`dqnlab.run.train` uses the same path whenever it is called from a process
+with other threads.
+
+Signals: Ctrl-C or SIGTERM of the sweep is passed on to the trial process (directly by the terminal
+to its process group, or by :func:`run_trial`), which stops like an interrupted run and still sends
+its events; if the sweep process dies (SIGKILL), the kernel sends the trial process SIGTERM
+(``PR_SET_PDEATHSIG``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+PDEATHSIG = 1  # prctl(PR_SET_PDEATHSIG, sig)
+STOP_GRACE_S = 30.0
+
+
+@dataclass
+class TrialRequest:
+    config: Any  # dqnlab.config.Config
+    quiet: bool
+    env_spec: Any = None
+    """The gymnasium EnvSpec of ``config.env.env_id``: re-registered in the trial process when
+    missing there, so envs registered by the caller (tests, user modules) work too."""
+    step_delay_s: dict[int, float] | None = None
+    """Per-worker injected step delay (tests), as :func:`dqnlab.run.train` takes it."""
+
+
+@dataclass
+class TrialOutcome:
+    kind: str
+    """``result`` (completed or diverged), ``failed`` (the run crashed), ``config`` (a ConfigError:
+    e.g. cuda asked on a machine without it), ``interrupted``, ``died`` (the trial process ended
+    without an outcome), ``tracking`` (the sweep's tracker failed; set by :func:`run_trial`)."""
+    result: Any = None  # dqnlab.run.RunResult where the run started
+    message: str = ""
+    exception: BaseException | None = None
+    """The callback's exception, for ``tracking`` (set in the calling process, never pickled)."""
+
+
+def run_trial(request: TrialRequest, callbacks: list[Any]) -> TrialOutcome:
+    """Run ``request`` in a fresh process, calling ``callbacks``' hooks here with its events.
+
+    A callback that raises (the MLflow store failed) stops the trial process and gives the outcome
+    ``tracking`` with the error. SIGINT or SIGTERM meanwhile is passed on to the trial process (as
+    SIGTERM), whose last events (``on_end`` of an interrupted run) are still delivered; then
+    KeyboardInterrupt is raised here. The signals are caught, not raised, while events are read, so
+    a signal can never cut an event in half."""
+    read_fd, write_fd = os.pipe()
+    cmd = [sys.executable, "-m", "dqnlab.trial_process", str(write_fd), str(os.getpid())]
+    proc = subprocess.Popen(cmd, pass_fds=(write_fd,), stdin=subprocess.PIPE)
+    os.close(write_fd)
+    signals: list[int] = []
+
+    def forward(signum, frame):
+        signals.append(signum)
+        _signal(proc, signal.SIGTERM)
+
+    error: BaseException | None = None
+    outcome: TrialOutcome | None = None
+    with _handlers(forward), os.fdopen(read_fd, "rb") as events:
+        proc.stdin.write(pickle.dumps((list(sys.path), pickle.dumps(request))))
+        proc.stdin.close()
+        while (event := _next_event(events)) is not None:
+            hook, payload = event
+            if hook == "outcome":
+                outcome = payload
+            elif error is None:
+                try:
+                    for cb in callbacks:
+                        fn = getattr(cb, hook, None)
+                        if fn is not None:
+                            fn(*payload)
+                except Exception as exc:  # a callback failed: stop the trial, drain its events
+                    error = exc
+                    _signal(proc, signal.SIGTERM)
+        _wait(proc)
+    if signals:
+        raise KeyboardInterrupt(f"signal {signal.Signals(signals[0]).name}")
+    if error is not None:
+        return TrialOutcome("tracking", outcome.result if outcome else None, str(error), error)
+    if outcome is None:
+        code = proc.returncode
+        how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        return TrialOutcome("died", None, f"the trial process ended with {how} and no outcome")
+    return outcome
+
+
+@contextlib.contextmanager
+def _handlers(handler) -> Iterator[None]:
+    """``handler`` for SIGINT and SIGTERM inside the block (main thread only; elsewhere unchanged)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _next_event(stream: BinaryIO):
+    """The next ``(hook, payload)``; None at the end of the stream (or a stream cut mid-event by a
+    process that was killed)."""
+    try:
+        return pickle.load(stream)
+    except (EOFError, pickle.UnpicklingError):
+        return None
+
+
+def _signal(proc: subprocess.Popen, sig: int) -> None:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+
+
+def _wait(proc: subprocess.Popen) -> None:
+    try:
+        proc.wait(STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+# --- the trial process ------------------------------------------------------------------------------
+class _Forward:
+    """Engine callback sending every hook's arguments to the calling process."""
+
+    def __init__(self, stream: BinaryIO):
+        self.stream = stream
+
+    def _send(self, hook: str, payload: Any) -> None:
+        data = pickle.dumps((hook, payload))
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # never cut an event in half
+        try:
+            self.stream.write(data)
+            self.stream.flush()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+    def on_start(self, config: Any) -> None:
+        self._send("on_start", (config,))
+
+    def on_log(self, metrics: dict[str, float]) -> None:
+        self._send("on_log", (metrics,))
+
+    def on_progress(self, env_steps: int, updates: int, total_env_steps: int, elapsed_s: float) -> None:
+        self._send("on_progress", (env_steps, updates, total_env_steps, elapsed_s))
+
+    def on_end(self, result: Any) -> None:
+        self._send("on_end", (result,))
+
+
+def _die_with_parent(parent: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        raise KeyboardInterrupt("the sweep process is gone")
+
+
+def _execute(request: TrialRequest, forward: _Forward) -> TrialOutcome:
+    import gymnasium as gym
+
+    from dqnlab.callbacks import ConsoleProgress
+    from dqnlab.config import ConfigError
+    from dqnlab.run import RunFailed, train
+
+    spec = request.env_spec
+    if spec is not None and spec.id not in gym.registry:
+        gym.registry[spec.id] = spec
+    callbacks = [forward] if request.quiet else [forward, ConsoleProgress()]
+    try:
+        return TrialOutcome("result", train(request.config, callbacks, step_delay_s=request.step_delay_s))
+    except ConfigError as exc:
+        return TrialOutcome("config", None, str(exc))
+    except RunFailed as exc:
+        return TrialOutcome("failed", exc.result, str(exc))
+    except KeyboardInterrupt:
+        return TrialOutcome("interrupted", None, "interrupted (SIGINT/SIGTERM)")
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt("SIGTERM")
+
+
+def main(argv: list[str]) -> int:
+    events_fd, parent = int(argv[0]), int(argv[1])
+    signal.signal(signal.SIGTERM, _interrupt)
+    with os.fdopen(events_fd, "wb") as stream:
+        forward = _Forward(stream)
+        try:
+            _die_with_parent(parent)
+            sys_path, payload = pickle.loads(sys.stdin.buffer.read())
+            sys.path[:] = sys_path  # the caller's path: the modules its pickled request refers to
+            outcome = _execute(pickle.loads(payload), forward)
+        except KeyboardInterrupt:
+            outcome = TrialOutcome("interrupted", None, "interrupted before the run started")
+        forward._send("outcome", outcome)
+    return 130 if outcome.kind == "interrupted" else 0
+
+
+if __name__ == "__main__":
+    from dqnlab.trial_process import main as _main  # the module's own classes, so the outcome unpickles
+
+    sys.exit(_main(sys.argv[1:]))

@@ -1,0 +1,113 @@
+"""Grid points are claimed atomically: the queue may hold a point twice, but only one trial runs it."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+
+import pytest
+
+from dqnlab.claims import claim_grid_point, claims_engine
+
+
+@pytest.fixture
+def engine(tmp_path):
+    eng = claims_engine(f"sqlite:///{tmp_path / 'claims.db'}", {"connect_args": {"timeout": 60}})
+    yield eng
+    eng.dispose()
+
+
+def test_a_point_is_held_by_its_live_or_completed_owner_and_released_by_a_failed_one(engine):
+    states = {3: "RUNNING"}
+
+    def state_of(n):
+        return states.get(n, "RUNNING")
+
+    assert claim_grid_point(engine, "s", "P", 3, state_of) is None  # first claim: ours
+    assert claim_grid_point(engine, "s", "P", 3, state_of) is None  # idempotent for the owner
+    assert claim_grid_point(engine, "s", "P", 5, state_of) == 3  # owner running: 5 is a duplicate
+    states[3] = "COMPLETE"
+    assert claim_grid_point(engine, "s", "P", 5, state_of) == 3  # owner completed: still a duplicate
+    states[3] = "FAIL"
+    assert claim_grid_point(engine, "s", "P", 5, state_of) is None  # owner failed: taken over
+    assert claim_grid_point(engine, "s", "P", 3, state_of) == 5
+    assert claim_grid_point(engine, "s", "Q", 3, state_of) is None  # points are independent
+    assert claim_grid_point(engine, "other-study", "P", 9, state_of) is None  # and studies
+
+
+def _contend(url: str, number: int, barrier, results) -> None:
+    eng = claims_engine(url, {"connect_args": {"timeout": 60}})
+    barrier.wait()
+    owner = claim_grid_point(eng, "s", "P", number, lambda n: "FAIL" if n < 100 else "RUNNING")
+    results[number - 100] = 1 if owner is None else 0
+    eng.dispose()
+
+
+@pytest.mark.parametrize("round_", range(3))
+def test_simultaneous_claims_from_many_processes_grant_exactly_one(leak_guard, tmp_path, round_):
+    url = f"sqlite:///{tmp_path / 'claims.db'}"
+    eng = claims_engine(url)
+    if round_:  # a failed earlier owner: every contender tries the takeover UPDATE at once
+        claim_grid_point(eng, "s", "P", 7, lambda n: "RUNNING")
+    eng.dispose()
+    ctx = mp.get_context("fork")
+    n = 6
+    barrier, results = ctx.Barrier(n), ctx.Array("i", n)
+    procs = [ctx.Process(target=_contend, args=(url, 100 + i, barrier, results)) for i in range(n)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0] * n
+    assert sum(results) == 1, list(results)
+
+
+def test_a_point_queued_twice_by_the_stale_retry_race_runs_once(tmp_path, monkeypatch):
+    """The race of the issue, forced: a stale trial is failed, another process tops up the queue before
+    Optuna's retry callback re-enqueues the point, so the point waits twice; the copy that is popped
+    second (here the lower-numbered one, while the other runs) must not run it again."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from dqnlab import sweep
+    from dqnlab.tracking import MlflowClient, get_or_create_experiment, get_or_create_parent
+
+    spec = sweep.SweepSpec("claims", "claims-test", dict(total_env_steps=600, learning_starts=200, batch_size=32,
+                           probe_size=32, hidden_sizes=(16,), eval_every_steps=0, num_workers=1, mode="serial"),
+                           {"utd": [1.0]})  # fmt: skip
+    loc = sweep.locations(tmp_path, None, None)
+    storage = sweep.make_storage(loc.storage, heartbeat_s=1, grace_s=1)
+    study = sweep.open_study(spec, storage)
+    sweep.top_up_queue(study, spec)
+    stale = study.ask()  # popped by a process that then dies: RUNNING, heartbeat recorded once
+    storage.record_heartbeat(stale._trial_id)
+    time.sleep(2.5)
+    retry = storage.get_heartbeat_stale_trial_callback()
+
+    def retry_after_a_top_up(study_, trial):
+        sweep.top_up_queue(study_, spec)  # another process, between the FAIL and the re-enqueue
+        retry(study_, trial)
+
+    monkeypatch.setattr(storage, "get_heartbeat_stale_trial_callback", lambda: retry_after_a_top_up)
+    optuna.storages.fail_stale_trials(study)
+    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    assert len(waiting) == 2 and len({t.user_attrs["grid_point"] for t in waiting}) == 1  # the window is real
+
+    # process B pops the higher-numbered copy first and is running it (it claimed the point)
+    second = max(waiting, key=lambda t: t.number)
+    storage.set_trial_state_values(second._trial_id, TrialState.RUNNING)
+    eng = sweep.claims_engine_for(loc.storage)
+    assert claim_grid_point(eng, spec.study_name, second.user_attrs["grid_point"], second.number,
+                            lambda n: study.get_trials(deepcopy=False)[n].state.name) is None  # fmt: skip
+    eng.dispose()
+
+    # this process now pops the other copy: it must be pruned as a duplicate, and run nothing
+    client = MlflowClient(loc.tracking_uri)
+    experiment = get_or_create_experiment(client, spec.sweep, loc.artifacts)
+    parent = get_or_create_parent(client, experiment, spec.study_name, {})
+    args = sweep.WorkerArgs(spec, loc, experiment, parent, heartbeat_s=1, grace_s=60, quiet=True, total_points=1)
+    sweep.worker_loop(args)
+    first = study.get_trials(deepcopy=False)[min(waiting, key=lambda t: t.number).number]
+    assert first.state == TrialState.PRUNED and first.user_attrs["duplicate_of"] == second.number
+    trial_runs = client.search_runs([experiment], filter_string="tags.`dqnlab.role` = 'trial'")
+    assert trial_runs == []  # nothing ran the point a second time
