@@ -163,3 +163,19 @@ def display_key(name: str) -> str:
 def bare_name(key: str) -> str:
     """Inverse of :func:`display_key` (a bare name is returned as it is)."""
     return key.split("/", 1)[1] if "/" in key else key
+
+
+def markdown_table() -> str:
+    """The vocabulary as the Markdown table the README carries (a test keeps the two equal)."""
+    rows = ["| name | section | unit | meaning | DESIGN.md term |", "| --- | --- | --- | --- | --- |"]
+    for m in METRICS.values():
+        rows.append(f"| `{m.name}` | {m.section} | {m.unit} | {m.meaning} | {m.term} |")
+    rows.append("| `worker{w}_produced_share`, `_resident_share`, `_sampled_share` | workers | fraction | worker w's "
+                "share of env steps produced, of transitions resident, of batch elements sampled | worker share |")
+    rows.append("| `dormant_frac_tau{tau}_l{i}` | collapse | fraction | the tau-dormant fraction of hidden layer i "
+                "alone | dormant fraction |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(markdown_table())
