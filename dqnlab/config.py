@@ -12,6 +12,7 @@ process starts.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 import types
@@ -295,6 +296,42 @@ def field_types() -> dict[str, Any]:
     for section in SECTIONS.values():
         out.update(typing.get_type_hints(section))
     return out
+
+
+def text_parser(tp: Any):
+    """``(parse, choices)`` for a config annotation: ``parse(text)`` reads a value from the command line
+    (argparse ``type``), ``choices`` the allowed strings of a Literal (else None)."""
+    origin = get_origin(tp)
+    if origin is Literal:
+        return str, list(get_args(tp))
+    if origin in (typing.Union, types.UnionType):  # X | None
+        inner = next(a for a in get_args(tp) if a is not type(None))
+        base, _ = text_parser(inner)
+
+        def optional(text: str):
+            return None if text.lower() == "none" else base(text)
+
+        optional.__name__ = base.__name__ + " or none"
+        return optional, None
+    if origin is tuple:
+
+        def int_tuple(text: str) -> tuple[int, ...]:
+            return tuple(int(x) for x in text.replace(",", " ").split())
+
+        int_tuple.__name__ = "comma-separated ints"
+        return int_tuple, None
+    if tp is bool:
+
+        def boolean(text: str) -> bool:
+            low = text.lower()
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off"):
+                return False
+            raise argparse.ArgumentTypeError(f"expected true/false, got {text!r}")
+
+        return boolean, None
+    return tp, None
 
 
 # --- validation helpers ----------------------------------------------------------------------

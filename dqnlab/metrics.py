@@ -135,7 +135,7 @@ TRAIN_RETURN_MEAN = _m("train_return_mean", "return", "mean return of the actors
 TRAIN_LENGTH_MEAN = _m("train_length_mean", "env steps", "mean length of the actors' episodes finished in this window",
                        "eval")  # fmt: skip
 TRAIN_EPISODES = _m("train_episodes", "count", "actor episodes finished in this window", "eval")
-OBJECTIVE = _m("objective", "return or env steps/s", "the sweep objective of the run (see dqnlab.sweep)", "eval")
+OBJECTIVE = _m("objective", "return or env steps/s", "the sweep objective of the run (see dqnlab.study.runner)", "eval")
 
 METRICS: dict[str, Metric] = {m.name: m for m in _ALL}
 

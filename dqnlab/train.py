@@ -9,56 +9,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import types
-import typing
-from typing import Any, Literal, get_args, get_origin
 
-from dqnlab.callbacks import ConsoleProgress
-from dqnlab.config import Config, ConfigError, field_docs, field_types
+from dqnlab.config import Config, ConfigError, field_docs, field_types, text_parser
+from dqnlab.tracking.console import ConsoleProgress
 
 ALIASES = {"env_id": ["--env"], "num_workers": ["--workers"], "total_env_steps": ["--total-steps"]}
-
-
-def _parser_for(tp: Any):
-    """argparse ``type`` and ``choices`` for a config annotation."""
-    origin = get_origin(tp)
-    if origin is Literal:
-        return str, list(get_args(tp))
-    if origin in (typing.Union, types.UnionType):  # X | None
-        inner = next(a for a in get_args(tp) if a is not type(None))
-        base, _ = _parser_for(inner)
-
-        def optional(text: str):
-            return None if text.lower() == "none" else base(text)
-
-        optional.__name__ = base.__name__ + " or none"
-        return optional, None
-    if origin is tuple:
-
-        def int_tuple(text: str) -> tuple[int, ...]:
-            return tuple(int(x) for x in text.replace(",", " ").split())
-
-        int_tuple.__name__ = "comma-separated ints"
-        return int_tuple, None
-    if tp is bool:
-
-        def boolean(text: str) -> bool:
-            low = text.lower()
-            if low in ("1", "true", "yes", "on"):
-                return True
-            if low in ("0", "false", "no", "off"):
-                return False
-            raise argparse.ArgumentTypeError(f"expected true/false, got {text!r}")
-
-        return boolean, None
-    return tp, None
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m dqnlab.train", description=__doc__.splitlines()[0])
     docs, types_, defaults = field_docs(), field_types(), Config().to_flat()
     for name in Config.field_names():
-        kind, choices = _parser_for(types_[name])
+        kind, choices = text_parser(types_[name])
         default = defaults[name]
         shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
         parser.add_argument(
@@ -82,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    from dqnlab.run import RunFailed, train
+    from dqnlab.engine import RunFailed, train
 
     progress = ConsoleProgress(min_interval_s=1e9 if args.quiet else 0.5)
     try:

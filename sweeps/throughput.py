@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from analysis.report import build_report  # noqa: E402
-from dqnlab.sweep import sweep_main  # noqa: E402
+from dqnlab.study.cli import sweep_main  # noqa: E402
 
 DEVICES = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from analysis.report import build_report  # noqa: E402
-from dqnlab.sweep import sweep_main  # noqa: E402
+from dqnlab.study.cli import sweep_main  # noqa: E402
 
 PRESETS = {
     "smoke": {

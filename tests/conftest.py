@@ -15,11 +15,9 @@ import os
 import signal
 import time
 import uuid
-from pathlib import Path
 
+import psutil
 import pytest
-
-from dqnlab.procfs import children, live_pids
 
 pytest_plugins = ["pytester"]
 
@@ -38,18 +36,29 @@ def _shm_entries() -> set[str]:
         return set()
 
 
+def live(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def children(pid: int) -> set[int]:
+    """Live child pids of ``pid``."""
+    return {c.pid for c in psutil.Process(pid).children() if live(c)}
+
+
 def _tagged(tag: str) -> set[int]:
     """Live processes (other than this one) whose environment carries ``TAG=tag``."""
-    marker, out = f"{TAG}={tag}".encode(), set()
-    for pid in live_pids():
-        if pid == os.getpid():
+    out = set()
+    for proc in psutil.process_iter():
+        if proc.pid == os.getpid() or not live(proc):
             continue
         try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes()
-        except OSError:  # gone, or another user's process we may not read
+            if proc.environ().get(TAG) == tag:
+                out.add(proc.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
-        if marker in environ.split(b"\0"):
-            out.add(pid)
     return out
 
 

@@ -1,20 +1,17 @@
-"""Process look-ups in /proc for tests that start subprocesses."""
+"""Process look-ups for tests that start subprocesses."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from dqnlab.procfs import live_pids
+import psutil
 
 
 def pids_with(marker: str) -> list[int]:
     """Live (non-zombie) processes whose command line contains ``marker``."""
     pids = []
-    for pid in live_pids():
+    for proc in psutil.process_iter():
         try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
+            if proc.status() != psutil.STATUS_ZOMBIE and marker in " ".join(proc.cmdline()):
+                pids.append(proc.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
-        if marker.encode() in cmd:
-            pids.append(pid)
     return pids

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from dqnlab.claims import claim_grid_point, claims_engine
+from dqnlab.study.claims import claim_grid_point, claims_engine
 
 
 @pytest.fixture
@@ -69,23 +69,26 @@ def test_a_point_queued_twice_by_the_stale_retry_race_runs_once(tmp_path, monkey
     import optuna
     from optuna.trial import TrialState
 
-    from dqnlab import sweep
-    from dqnlab.tracking import MlflowClient, get_or_create_experiment, get_or_create_parent
+    from dqnlab.study.queue import open_study, top_up_queue
+    from dqnlab.study.runner import WorkerArgs, worker_loop
+    from dqnlab.study.spec import SweepSpec
+    from dqnlab.study.storage import claims_engine_for, locations, make_storage
+    from dqnlab.tracking.mlflow_runs import MlflowClient, get_or_create_experiment, get_or_create_parent
 
-    spec = sweep.SweepSpec("claims", "claims-test", dict(total_env_steps=600, learning_starts=200, batch_size=32,
+    spec = SweepSpec("claims", "claims-test", dict(total_env_steps=600, learning_starts=200, batch_size=32,
                            probe_size=32, hidden_sizes=(16,), eval_every_steps=0, num_workers=1, mode="serial"),
                            {"utd": [1.0]})  # fmt: skip
-    loc = sweep.locations(tmp_path, None, None)
-    storage = sweep.make_storage(loc.storage, heartbeat_s=1, grace_s=1)
-    study = sweep.open_study(spec, storage)
-    sweep.top_up_queue(study, spec)
+    loc = locations(tmp_path, None, None)
+    storage = make_storage(loc.storage, heartbeat_s=1, grace_s=1)
+    study = open_study(spec, storage)
+    top_up_queue(study, spec)
     stale = study.ask()  # popped by a process that then dies: RUNNING, heartbeat recorded once
     storage.record_heartbeat(stale._trial_id)
     time.sleep(2.5)
     retry = storage.get_heartbeat_stale_trial_callback()
 
     def retry_after_a_top_up(study_, trial):
-        sweep.top_up_queue(study_, spec)  # another process, between the FAIL and the re-enqueue
+        top_up_queue(study_, spec)  # another process, between the FAIL and the re-enqueue
         retry(study_, trial)
 
     monkeypatch.setattr(storage, "get_heartbeat_stale_trial_callback", lambda: retry_after_a_top_up)
@@ -96,7 +99,7 @@ def test_a_point_queued_twice_by_the_stale_retry_race_runs_once(tmp_path, monkey
     # process B pops the higher-numbered copy first and is running it (it claimed the point)
     second = max(waiting, key=lambda t: t.number)
     storage.set_trial_state_values(second._trial_id, TrialState.RUNNING)
-    eng = sweep.claims_engine_for(loc.storage)
+    eng = claims_engine_for(loc.storage)
     assert claim_grid_point(eng, spec.study_name, second.user_attrs["grid_point"], second.number,
                             lambda n: study.get_trials(deepcopy=False)[n].state.name) is None  # fmt: skip
     eng.dispose()
@@ -105,8 +108,8 @@ def test_a_point_queued_twice_by_the_stale_retry_race_runs_once(tmp_path, monkey
     client = MlflowClient(loc.tracking_uri)
     experiment = get_or_create_experiment(client, spec.sweep, loc.artifacts)
     parent = get_or_create_parent(client, experiment, spec.study_name, {})
-    args = sweep.WorkerArgs(spec, loc, experiment, parent, heartbeat_s=1, grace_s=60, quiet=True, total_points=1)
-    sweep.worker_loop(args)
+    args = WorkerArgs(spec, loc, experiment, parent, heartbeat_s=1, grace_s=60, quiet=True, total_points=1)
+    worker_loop(args)
     first = study.get_trials(deepcopy=False)[min(waiting, key=lambda t: t.number).number]
     assert first.state == TrialState.PRUNED and first.user_attrs["duplicate_of"] == second.number
     trial_runs = client.search_runs([experiment], filter_string="tags.`dqnlab.role` = 'trial'")

@@ -25,8 +25,9 @@ import pytest
 from conftest import FOREIGN_SHM_PREFIXES, _shm_entries
 
 from dqnlab import metrics as M
-from dqnlab import services
-from dqnlab.procfs import alive, group_alive
+from dqnlab.services.postgres import find_pg_bin, start_postgres, stop_postgres
+from dqnlab.services.processes import alive, group_alive
+from dqnlab.services.state import ServiceError, free_port, load_state
 from tests.procs import pids_with
 
 REPO = Path(__file__).resolve().parent.parent
@@ -38,8 +39,8 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
 
 def _missing() -> str | None:
     try:
-        services.find_pg_bin()
-    except services.ServiceError as exc:
+        find_pg_bin()
+    except ServiceError as exc:
         return str(exc)
     if _chromium() is None:
         return "Chromium not found (apt-get install -y chromium)"
@@ -72,9 +73,9 @@ def cluster():
     base.chmod(0o755)
     root = base / "svc"
     shm_before = _postgres_shm()
-    ports = [str(services.free_port()) for _ in range(3)]
+    ports = [str(free_port()) for _ in range(3)]
     up = _cli("up", "--root", str(root), "--pg-port", ports[0], "--mlflow-port", ports[1], "--dashboard-port", ports[2])
-    state = services.load_state(root)
+    state = load_state(root)
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         yield state
@@ -238,7 +239,7 @@ def _restart_postgres(state) -> None:
 
     tag = os.environ.pop(TAG, None)
     try:
-        services.start_postgres(state)
+        start_postgres(state)
     finally:
         if tag is not None:
             os.environ[TAG] = tag
@@ -264,7 +265,7 @@ def test_postgres_going_away_mid_sweep_stops_it_and_a_rerun_resumes(cluster, tmp
                 pass
             time.sleep(0.5)
         time.sleep(2.0)
-        services.stop_postgres(cluster)
+        stop_postgres(cluster)
         start = time.monotonic()
         out, _ = proc.communicate(timeout=120)
     finally:

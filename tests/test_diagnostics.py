@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from dqnlab.diagnostics import (
+from dqnlab.agent.diagnostics import (
     discounted_returns,
     divergence_flags,
     dormant_fractions,
@@ -174,7 +174,7 @@ class _TrueValues:
 
 @pytest.mark.parametrize("terminal", [False, True])
 def test_overestimation_of_the_true_value_function_is_zero_at_truncation_and_termination(terminal):
-    from dqnlab.evaluation import evaluate
+    from dqnlab.agent.evaluation import evaluate
 
     gamma, horizon = 0.99, 50
     res = evaluate(_TrueValues(gamma, horizon, terminal), _Chain(horizon, terminal), episodes=2, gamma=gamma, seed=0)
@@ -192,9 +192,9 @@ def test_discounted_returns_bootstrap_the_tail():
 
 def test_the_learners_collapse_signs_work_on_device_tensors(device_semantics):
     """What the engine computes at a log point, with the learner's probe outputs left on a device."""
-    from dqnlab.collapse import collapse_signs
+    from dqnlab.agent.collapse import collapse_signs
+    from dqnlab.agent.learner import Learner
     from dqnlab.config import Config
-    from dqnlab.learner import Learner
     from dqnlab.metrics import DORMANT_FRAC, HARD_DIVERGENCE, SRANK
 
     learner = Learner(Config.from_flat(batch_size=32, learning_starts=32, probe_size=32), obs_dim=4, num_actions=2)

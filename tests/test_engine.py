@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from dqnlab.config import Config
+from dqnlab.engine import RunFailed, train
 from dqnlab.metrics import (
     ENV_STEPS,
     EVAL_RETURN_BEST,
@@ -29,7 +30,6 @@ from dqnlab.metrics import (
     UTD_DEFICIT,
     worker_share,
 )
-from dqnlab.run import RunFailed, train
 
 
 def small(**overrides) -> Config:
@@ -142,7 +142,7 @@ def test_serial_mode_is_deterministic_and_parallel_mode_measures_the_same(leak_g
 def test_a_parallel_run_from_a_process_with_threads_forks_its_actors_elsewhere(leak_guard):
     import threading
 
-    from dqnlab.procfs import children
+    from conftest import children
 
     stop = threading.Event()
     busy = threading.Thread(target=stop.wait, name="busy-thread")
@@ -163,7 +163,7 @@ def test_a_parallel_run_from_a_process_with_threads_forks_its_actors_elsewhere(l
     assert result.status == "completed" and result.final[UPDATES] == 1000
     assert recorder.ended is not None and recorder.ended.status == "completed"  # callbacks got every event here
     assert len(recorder.logs) == len(result.history)
-    assert seen and all(cmds and all("dqnlab.trial_process" in c for c in cmds) for cmds in seen), seen
+    assert seen and all(cmds and all("dqnlab.engine.fresh_process" in c for c in cmds) for cmds in seen), seen
 
 
 def test_kill_9_of_a_worker_fails_the_run_within_5_s_naming_it(leak_guard):

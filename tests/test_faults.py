@@ -19,9 +19,10 @@ import numpy as np
 import pytest
 from procs import pids_with
 
-from dqnlab import services
 from dqnlab.config import Config, field_types
-from dqnlab.run import RunFailed, train
+from dqnlab.engine import RunFailed, train
+from dqnlab.services.processes import mlflow_server_command, spawn, stop_group, wait_http
+from dqnlab.services.state import free_port
 from dqnlab.train import main as train_main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -151,9 +152,9 @@ def test_every_cli_flag_rejects_a_wrong_value_before_running(field, capsys):
 # --- stores that are unreachable or fail mid-sweep, SIGTERM to a multi-process sweep ------------
 def _mlflow_server(root: Path, port: int) -> int:
     """A real ``mlflow server`` on an SQLite file under ``root``; returns its pid once it answers."""
-    cmd = services.mlflow_server_command(f"sqlite:///{root / 'mlflow.db'}", root / "mlartifacts", "127.0.0.1", port)
-    pid = services.spawn("mlflow", cmd, root)
-    services.wait_http(f"http://127.0.0.1:{port}/health", "mlflow server", root / "mlflow.log", pid)
+    cmd = mlflow_server_command(f"sqlite:///{root / 'mlflow.db'}", root / "mlartifacts", "127.0.0.1", port)
+    pid = spawn("mlflow", cmd, root)
+    wait_http(f"http://127.0.0.1:{port}/health", "mlflow server", root / "mlflow.log", pid)
     return pid
 
 
@@ -162,7 +163,7 @@ def test_tracking_server_dying_mid_sweep_fails_the_trial_with_the_reason_and_a_r
 
     server_root, results = tmp_path / "server", tmp_path / "results"
     server_root.mkdir()
-    port = services.free_port()
+    port = free_port()
     pid = _mlflow_server(server_root, port)
     args = [sys.executable, str(ROOT / "sweeps" / "utd.py"), "--preset", "smoke", "--quiet", "--no-report",
             "--results", str(results), "--tracking-uri", f"http://127.0.0.1:{port}", "--axis", "utd=1",
@@ -171,7 +172,7 @@ def test_tracking_server_dying_mid_sweep_fails_the_trial_with_the_reason_and_a_r
         proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         _wait_for_running_trial(results, proc)
         time.sleep(1.0)
-        services.stop_group(pid)  # the store goes away mid-trial
+        stop_group(pid)  # the store goes away mid-trial
         start = time.monotonic()
         _, err = proc.communicate(timeout=120)
         print(f"tracking server killed mid-trial: sweep stopped {time.monotonic() - start:.1f} s later")
@@ -195,12 +196,12 @@ def test_tracking_server_dying_mid_sweep_fails_the_trial_with_the_reason_and_a_r
         failed = next(r for r in trial_runs if r.info.status == "FAILED")
         assert "MLflow tracking store failed" in failed.data.tags["error"]
     finally:
-        services.stop_group(pid)
+        stop_group(pid)
 
 
 def test_an_unreachable_tracking_server_fails_fast_and_opens_no_study(tmp_path):
     args = [sys.executable, str(ROOT / "sweeps" / "utd.py"), "--preset", "smoke", "--quiet", "--results",
-            str(tmp_path), "--tracking-uri", f"http://127.0.0.1:{services.free_port()}"]  # fmt: skip
+            str(tmp_path), "--tracking-uri", f"http://127.0.0.1:{free_port()}"]  # fmt: skip
     start = time.monotonic()
     res = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=120)
     print(f"unreachable tracking server: exit {res.returncode} after {time.monotonic() - start:.1f} s")

@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dqnlab.config import Config, ConfigError
-from dqnlab.sweep import SweepError, parse_axis, parse_field_value
+from dqnlab.study.cli import parse_axis, parse_field_value
+from dqnlab.study.spec import SweepError
 from dqnlab.train import build_parser, config_from_args
 
 FIELDS = Config.field_names()

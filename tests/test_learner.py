@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 import torch
 
+from dqnlab.agent.batch import Batch
+from dqnlab.agent.learner import Learner, polyak_, td_target
 from dqnlab.config import Config
-from dqnlab.learner import Learner, polyak_, td_target
-from dqnlab.replay import Batch
 
 
 def test_terminated_stops_bootstrapping_truncated_does_not():

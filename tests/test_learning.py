@@ -5,7 +5,7 @@ reproducible for its seed; the parallel schedule is not, and in parallel mode se
 once in six runs (best 287.6), so a parallel learning test would be flaky by construction."""
 
 from dqnlab.config import Config
-from dqnlab.run import train
+from dqnlab.engine import train
 
 BUDGET_STEPS = 50_000
 

@@ -2,7 +2,7 @@ import itertools
 
 import pytest
 
-from dqnlab.limiter import RateLimiter, realised_utd
+from dqnlab.engine.limiter import RateLimiter, realised_utd
 
 
 def test_learner_waits_until_learning_starts():

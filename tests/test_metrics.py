@@ -8,7 +8,7 @@ import pytest
 
 from dqnlab import metrics as M
 from dqnlab.config import Config
-from dqnlab.run import train
+from dqnlab.engine import train
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,3 +39,15 @@ def test_an_unknown_name_is_refused_naming_the_vocabulary():
     with pytest.raises(KeyError, match="metric vocabulary"):
         M.describe("eval_retrun_mean")
     assert M.bare_name(M.display_key(M.TD_LOSS)) == M.TD_LOSS
+
+
+def test_the_readme_module_table_lists_every_module_of_the_package():
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("<!-- module table -->") : readme.index("<!-- end of module table -->")]
+    package_rows = {line.split("`")[1]: line for line in table.splitlines() if line.startswith("| **`")}
+    for path in sorted((ROOT / "dqnlab").rglob("*.py")):
+        rel = path.relative_to(ROOT / "dqnlab").as_posix()
+        if path.name == "__init__.py":
+            continue
+        in_package_row = f"`{path.name}`" in package_rows.get(f"{path.parent.name}/", "")
+        assert f"`{rel}`" in table or in_package_row, f"README module table does not list dqnlab/{rel}"

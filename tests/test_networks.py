@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from dqnlab.networks import NumpyQ, ParamLayout, QNetwork, flatten_into
+from dqnlab.agent.networks import QNetwork, flatten_into
+from dqnlab.agent.policy import NumpyQ, ParamLayout
 
 
 @pytest.mark.parametrize("layer_norm", [False, True])

@@ -4,9 +4,9 @@ import multiprocessing as mp
 
 import numpy as np
 
-from dqnlab.limiter import RateLimiter
-from dqnlab.replay import GO, STOP, WAIT, SharedReplay
-from dqnlab.shared import SharedArena
+from dqnlab.engine.limiter import RateLimiter
+from dqnlab.engine.replay import GO, STOP, WAIT, SharedReplay
+from dqnlab.engine.shared import SharedArena
 
 
 def _make(capacity: int, workers: int, total: int, utd: float = 1.0, strict: bool = False) -> SharedReplay:
@@ -117,6 +117,6 @@ def test_uniform_sampling_counts_draws_per_worker():
 
 
 def test_wait_backoff_stays_bounded_for_long_waits():
-    from dqnlab.replay import wait_backoff
+    from dqnlab.engine.replay import wait_backoff
 
     assert wait_backoff(10**6) <= 1e-3

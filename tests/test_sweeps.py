@@ -161,7 +161,9 @@ def test_unreachable_storage_fails_fast_with_a_clear_error(tmp_path):
 def test_a_crashing_trial_is_failed_in_optuna_and_mlflow_and_the_sweep_goes_on(tmp_path):
     import test_engine  # registers dqnlab-test/Exploding-v0 (its actors raise after 300 steps)
 
-    from dqnlab.sweep import SweepSpec, locations, run_sweep
+    from dqnlab.study.runner import run_sweep
+    from dqnlab.study.spec import SweepSpec
+    from dqnlab.study.storage import locations
 
     assert test_engine
     spec = SweepSpec("crash", "crash-test", dict(total_env_steps=1500, learning_starts=100, batch_size=32,
@@ -184,7 +186,9 @@ def test_a_configuration_this_machine_refuses_fails_its_trial_and_the_sweep_goes
     # a study with cuda points joined from a machine without CUDA (like this one, and CI)
     import torch
 
-    from dqnlab.sweep import SweepSpec, locations, run_sweep
+    from dqnlab.study.runner import run_sweep
+    from dqnlab.study.spec import SweepSpec
+    from dqnlab.study.storage import locations
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
@@ -214,9 +218,12 @@ def _client(results: Path, experiment: str):
 def test_the_study_run_is_closed_with_its_cells_and_running_again_while_a_rerun_adds_trials(tmp_path, monkeypatch):
     import mlflow
 
-    from dqnlab import tracking, trial_process
-    from dqnlab.sweep import SweepSpec, locations, run_sweep
-    from dqnlab.tracking import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG
+    from dqnlab.engine import fresh_process as trial_process
+    from dqnlab.study.runner import run_sweep
+    from dqnlab.study.spec import SweepSpec
+    from dqnlab.study.storage import locations
+    from dqnlab.tracking import mlflow_runs as tracking
+    from dqnlab.tracking.mlflow_runs import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG
 
     base = dict(total_env_steps=800, learning_starts=200, batch_size=32, probe_size=32, hidden_sizes=(16,),
                 eval_every_steps=400, eval_episodes=1, num_workers=1, mode="serial")  # fmt: skip

@@ -5,8 +5,8 @@ import time
 
 import numpy as np
 
-from dqnlab.shared import SharedArena
-from dqnlab.weights import WeightBroadcast
+from dqnlab.engine.shared import SharedArena
+from dqnlab.engine.weights import WeightBroadcast
 
 N_PARAMS = 100_000  # large enough that a copy takes tens of microseconds and can be torn
 

@@ -3,7 +3,7 @@
 Blocks are ``mmap(-1, n)`` (MAP_SHARED | MAP_ANONYMOUS): they have no name, never appear in
 /dev/shm, and the kernel frees them when the last process holding them exits, whatever the exit
 path (normal end, exception, SIGKILL). Nothing can leak, so there is nothing to unlink. The price is
-that actors must be started with the ``fork`` method, which :mod:`dqnlab.run` does.
+that actors must be started with the ``fork`` method, which :mod:`dqnlab.engine.workers` does.
 """
 
 from __future__ import annotations

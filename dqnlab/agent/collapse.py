@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from dqnlab.diagnostics import divergence_flags, dormant_fractions, q_bound, srank
+from dqnlab.agent.diagnostics import divergence_flags, dormant_fractions, q_bound, srank
 from dqnlab.metrics import (
     DORMANT,
     DORMANT_FRAC,

@@ -17,11 +17,11 @@ import traceback
 import gymnasium as gym
 import numpy as np
 
+from dqnlab.agent.policy import NumpyQ, ParamLayout
 from dqnlab.config import Config
-from dqnlab.networks import NumpyQ, ParamLayout
-from dqnlab.replay import GO, STOP, WAIT, SharedReplay, wait_backoff
-from dqnlab.shared import SharedArena
-from dqnlab.weights import WeightBroadcast
+from dqnlab.engine.replay import GO, STOP, WAIT, SharedReplay, wait_backoff
+from dqnlab.engine.shared import SharedArena
+from dqnlab.engine.weights import WeightBroadcast
 
 ERROR_BYTES = 16_384
 

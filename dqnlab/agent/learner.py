@@ -3,7 +3,7 @@
 DQN update (Huber loss, Adam, global grad-norm clipping, optional double DQN), bootstrapping cut on
 ``terminated`` only; target network by hard copy every ``target_period`` updates or Polyak ``tau``
 after every update; plasticity resets every ``reset_every`` updates. All periods are counted in
-gradient updates. Process-agnostic: :mod:`dqnlab.run` feeds it batches.
+gradient updates. Process-agnostic: :mod:`dqnlab.engine.loop` feeds it batches.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import copy
 import torch
 import torch.nn.functional as F
 
+from dqnlab.agent.batch import Batch
+from dqnlab.agent.diagnostics import q_statistics
+from dqnlab.agent.networks import QNetwork
 from dqnlab.config import Config
-from dqnlab.diagnostics import q_statistics
-from dqnlab.networks import QNetwork
-from dqnlab.replay import Batch
 
 
 def td_target(

@@ -1,39 +1,13 @@
-"""Where run metrics go: a small callback interface (trackers and the console plug into it).
-
-Every hook is optional. ``on_log`` receives the flat metrics dict of one log point (names in
-:data:`dqnlab.metrics.METRICS`), ``on_progress`` a cheap heartbeat about twice a second, ``on_end``
-the final :class:`~dqnlab.run.RunResult` on every exit path (completed, diverged, failed,
-interrupted).
-"""
+"""The console: one progress line (self-overwriting on a terminal, plain lines every 10 s elsewhere)
+and the run's summary at the end. An engine callback; it only prints."""
 
 from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Protocol, TextIO
+from typing import Any, TextIO
 
-
-class Callback(Protocol):
-    def on_start(self, config: Any) -> None: ...
-    def on_log(self, metrics: dict[str, float]) -> None: ...
-    def on_progress(self, env_steps: int, updates: int, total_env_steps: int, elapsed_s: float) -> None: ...
-    def on_end(self, result: Any) -> None: ...
-
-
-class CallbackList:
-    """Calls each hook on every callback that defines it."""
-
-    def __init__(self, callbacks) -> None:
-        self.callbacks = list(callbacks)
-
-    def __getattr__(self, hook: str):
-        def call(*args, **kwargs):
-            for cb in self.callbacks:
-                fn = getattr(cb, hook, None)
-                if fn is not None:
-                    fn(*args, **kwargs)
-
-        return call
+from dqnlab.metrics import EVAL_RETURN_MEAN, TD_LOSS, UTD_REALISED
 
 
 class ConsoleProgress:
@@ -62,8 +36,8 @@ class ConsoleProgress:
         eta = elapsed_s / frac - elapsed_s if frac > 0 else float("nan")
         line = (
             f"[{bar}] {100 * frac:5.1f}% steps {env_steps}/{total_env_steps} upd {updates} "
-            f"sps {env_steps / max(elapsed_s, 1e-9):7.0f} utd {m.get('utd_realised', float('nan')):.3f} "
-            f"eval {m.get('eval_return_mean', float('nan')):6.1f} loss {m.get('td_loss', float('nan')):.3g} "
+            f"sps {env_steps / max(elapsed_s, 1e-9):7.0f} utd {m.get(UTD_REALISED, float('nan')):.3f} "
+            f"eval {m.get(EVAL_RETURN_MEAN, float('nan')):6.1f} loss {m.get(TD_LOSS, float('nan')):.3g} "
             f"eta {eta:5.0f}s"
         )
         self.stream.write(("\r" + line) if self._tty else line + "\n")

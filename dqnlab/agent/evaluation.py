@@ -12,7 +12,7 @@ from typing import Protocol
 import gymnasium as gym
 import numpy as np
 
-from dqnlab.diagnostics import overestimation
+from dqnlab.agent.diagnostics import overestimation
 from dqnlab.metrics import EVAL_LENGTH_MEAN, EVAL_RETURN_MEAN, EVAL_RETURN_MIN, EVAL_RETURN_STD, OVERESTIMATION
 
 

@@ -1,7 +1,7 @@
 """Benchmark: the per-trial bookkeeping cost of a sweep on SQLite files vs PostgreSQL + an MLflow
 server, side by side in one run (prints; not a test).
 
-    python -m dqnlab.bench_tracking [--trials 10] [--log-points 100]
+    python -m dqnlab.bench.tracking [--trials 10] [--log-points 100]
 
 One measured trial is everything a sweep trial does except training: Optuna pops a queued trial
 (with its heartbeat thread), the MLflow child run is created with its tags and 40 params,
@@ -20,11 +20,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from dqnlab import services
 from dqnlab.config import Config
-from dqnlab.run import RunResult, train
-from dqnlab.sweep import SweepSpec, make_storage, open_study, top_up_queue
-from dqnlab.tracking import (
+from dqnlab.engine import RunResult, train
+from dqnlab.services.cluster import down, up
+from dqnlab.services.state import ServicesState, free_port
+from dqnlab.study.queue import open_study, top_up_queue
+from dqnlab.study.spec import SweepSpec
+from dqnlab.study.storage import make_storage
+from dqnlab.tracking.mlflow_runs import (
     MlflowClient,
     MlflowRunTracker,
     get_or_create_experiment,
@@ -71,7 +74,7 @@ def time_trials(storage_url: str, tracking_uri: str, artifacts: Path | None, res
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m dqnlab.bench_tracking", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m dqnlab.bench.tracking", description=__doc__.split("\n\n")[0])
     p.add_argument("--trials", type=int, default=10)
     p.add_argument("--log-points", type=int, default=100, help="log points per trial (default preset: 80)")
     args = p.parse_args(argv)
@@ -85,14 +88,14 @@ def main(argv: list[str] | None = None) -> int:
         sqlite_times = time_trials(f"sqlite:///{base / 'optuna.db'}", f"sqlite:///{base / 'mlflow.db'}",
                                    base / "mlartifacts", result, args.trials)  # fmt: skip
         rows.append(("sqlite files (default)", sqlite_times))
-        state = services.ServicesState(str(base / "svc"), pg_port=services.free_port(),
-                                       mlflow_port=services.free_port(), dashboard=False)  # fmt: skip
-        services.up(state)
+        state = ServicesState(str(base / "svc"), pg_port=free_port(),
+                                       mlflow_port=free_port(), dashboard=False)  # fmt: skip
+        up(state)
         try:
             server_times = time_trials(state.storage, state.tracking_uri, None, result, args.trials)
             rows.append(("postgresql + mlflow server", server_times))
         finally:
-            services.down(state)
+            down(state)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     ref = statistics.median(sqlite_times)

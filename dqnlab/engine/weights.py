@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from dqnlab.shared import SharedArena
+from dqnlab.engine.shared import SharedArena
 
 
 class TornReadError(RuntimeError):

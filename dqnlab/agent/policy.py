@@ -1,9 +1,8 @@
-"""The Q-network (torch, learner side) and its numpy twin (actor side).
+"""The actors' Q-function: the network's maths in numpy on views of a flat float32 parameter vector.
 
-The learner owns a :class:`QNetwork`. Actors never import it for inference: they evaluate the same
-maths in numpy on views of a flat float32 parameter vector (:class:`NumpyQ`), which is ~6x faster
-than torch at batch 1 and keeps torch's thread pools out of the actor processes. ``flatten`` /
-``ParamLayout`` define the one parameter order both sides use.
+~6x faster than torch at batch 1, and no torch in the actor processes' hot path. :class:`ParamLayout`
+is the one parameter order the learner's :func:`~dqnlab.agent.networks.flatten_into` writes and this
+module reads.
 """
 
 from __future__ import annotations
@@ -11,37 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
-from torch import nn
 
 LN_EPS = 1e-5
-
-
-class QNetwork(nn.Module):
-    """MLP ``obs -> [Linear -> (LayerNorm) -> ReLU] * H -> Linear -> Q(s, .)``."""
-
-    def __init__(self, obs_dim: int, num_actions: int, hidden_sizes: tuple[int, ...], layer_norm: bool):
-        super().__init__()
-        self.layer_norm = layer_norm
-        sizes = (obs_dim, *hidden_sizes)
-        self.hidden = nn.ModuleList(nn.Linear(i, o) for i, o in zip(sizes[:-1], sizes[1:]))
-        self.norms = nn.ModuleList(nn.LayerNorm(o, eps=LN_EPS) if layer_norm else nn.Identity() for o in hidden_sizes)
-        self.head = nn.Linear(sizes[-1], num_actions)
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        h = obs
-        for linear, norm in zip(self.hidden, self.norms):
-            h = torch.relu(norm(linear(h)))
-        return self.head(h)
-
-    def forward_with_activations(self, obs: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """Q-values and the post-ReLU activation of every hidden layer (last = penultimate features)."""
-        acts = []
-        h = obs
-        for linear, norm in zip(self.hidden, self.norms):
-            h = torch.relu(norm(linear(h)))
-            acts.append(h)
-        return self.head(h), acts
 
 
 @dataclass(frozen=True)
@@ -54,7 +24,8 @@ class ParamLayout:
     size: int
 
     @classmethod
-    def of(cls, net: nn.Module) -> ParamLayout:
+    def of(cls, net) -> ParamLayout:
+        """The layout of a torch module's ``named_parameters`` (any object with that method)."""
         names, shapes, offsets, pos = [], [], [], 0
         for name, p in net.named_parameters():
             names.append(name)
@@ -65,13 +36,6 @@ class ParamLayout:
 
     def views(self, flat: np.ndarray) -> dict[str, np.ndarray]:
         return {n: flat[o : o + int(np.prod(s))].reshape(s) for n, s, o in zip(self.names, self.shapes, self.offsets)}
-
-
-def flatten_into(net: nn.Module, out: np.ndarray) -> None:
-    """Copy the parameters of ``net`` into the float32 vector ``out`` (layout of ``ParamLayout.of``)."""
-    with torch.no_grad():
-        flat = torch.cat([p.detach().reshape(-1) for p in net.parameters()])
-    out[:] = flat.to("cpu", torch.float32).numpy()
 
 
 class NumpyQ:

@@ -15,30 +15,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import numpy as np
 
-from dqnlab.limiter import RateLimiter
-from dqnlab.shared import SharedArena
+from dqnlab.agent.batch import Batch
+from dqnlab.engine.limiter import RateLimiter
+from dqnlab.engine.shared import SharedArena
 
 GO, WAIT, STOP = 0, 1, 2
 EPISODE_LOG_CAPACITY = 8192
 LOCK_POLL_S = 0.25
-
-
-@dataclass
-class Batch:
-    obs: np.ndarray
-    actions: np.ndarray
-    rewards: np.ndarray
-    next_obs: np.ndarray
-    terminated: np.ndarray
-    truncated: np.ndarray
-    worker: np.ndarray
-    version: np.ndarray
-    seq: np.ndarray
-    insert_updates: np.ndarray
 
 
 class SharedReplay:

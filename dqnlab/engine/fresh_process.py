@@ -2,7 +2,7 @@
 
 A sweep process runs Optuna's heartbeat thread (and MLflow's imports start a native allocator
 thread); a ``fork`` there copies locks another thread may hold. So the sweep never runs the engine
-itself: for each trial it starts ``python -m dqnlab.trial_process`` (``subprocess``: fork + exec,
+itself: for each trial it starts ``python -m dqnlab.engine.fresh_process`` (``subprocess``: fork + exec,
 safe from a threaded parent). That process imports the engine only (no Optuna, no MLflow: ~1.6 s
 here), runs :func:`dqnlab.run.train`, and streams the callbacks' events (``on_start``, ``on_log``,
 ``on_end``, ``on_progress``) and the outcome back over a pipe; the sweep process feeds them to its
@@ -65,7 +65,7 @@ def run_trial(request: TrialRequest, callbacks: list[Any]) -> TrialOutcome:
     KeyboardInterrupt is raised here. The signals are caught, not raised, while events are read, so
     a signal can never cut an event in half."""
     read_fd, write_fd = os.pipe()
-    cmd = [sys.executable, "-m", "dqnlab.trial_process", str(write_fd), str(os.getpid())]
+    cmd = [sys.executable, "-m", "dqnlab.engine.fresh_process", str(write_fd), str(os.getpid())]
     proc = subprocess.Popen(cmd, pass_fds=(write_fd,), stdin=subprocess.PIPE)
     os.close(write_fd)
     signals: list[int] = []
@@ -179,9 +179,9 @@ def _die_with_parent(parent: int) -> None:
 def _execute(request: TrialRequest, forward: _Forward) -> TrialOutcome:
     import gymnasium as gym
 
-    from dqnlab.callbacks import ConsoleProgress
     from dqnlab.config import ConfigError
-    from dqnlab.run import RunFailed, train
+    from dqnlab.engine import RunFailed, train
+    from dqnlab.tracking.console import ConsoleProgress
 
     spec = request.env_spec
     if spec is not None and spec.id not in gym.registry:
@@ -218,6 +218,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    from dqnlab.trial_process import main as _main  # the module's own classes, so the outcome unpickles
+    from dqnlab.engine.fresh_process import main as _main  # the module's own classes, so the outcome unpickles
 
     sys.exit(_main(sys.argv[1:]))

@@ -23,16 +23,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from dqnlab.actor import Actor, ActorBoard
+from dqnlab.agent.learner import td_target
+from dqnlab.agent.networks import QNetwork, flatten_into
+from dqnlab.agent.policy import NumpyQ, ParamLayout
 from dqnlab.config import Config
-from dqnlab.learner import td_target
-from dqnlab.limiter import RateLimiter
-from dqnlab.networks import NumpyQ, ParamLayout, QNetwork, flatten_into
-from dqnlab.replay import SharedReplay
-from dqnlab.run import train
-from dqnlab.shared import SharedArena
+from dqnlab.engine import train
+from dqnlab.engine.actor import Actor, ActorBoard
+from dqnlab.engine.limiter import RateLimiter
+from dqnlab.engine.replay import SharedReplay
+from dqnlab.engine.shared import SharedArena
+from dqnlab.engine.weights import WeightBroadcast
 from dqnlab.threads import set_threads
-from dqnlab.weights import WeightBroadcast
 
 ENV_ID = "CartPole-v1"
 

@@ -1,0 +1,27 @@
+"""A minibatch of transitions as the learner consumes it, with the tags the engine measures by."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Batch:
+    """Arrays of one batch, ``B`` rows each (a leading replica axis where the replay has one).
+
+    ``terminated`` stops bootstrapping, ``truncated`` does not; ``worker`` produced the row, ``version``
+    is the parameter version that chose its action, ``insert_updates`` the learner's updates when it
+    was inserted, ``seq`` its global sequence number."""
+
+    obs: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    next_obs: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    worker: np.ndarray
+    version: np.ndarray
+    seq: np.ndarray
+    insert_updates: np.ndarray

@@ -1,0 +1,64 @@
+"""One builder for both modes: the limiter, learner, shared memory, replay, weight broadcast, actor
+board and actor pool of a run, wired the same way whether the actors are forked or stepped in the
+learner's process (Acme's idea: serial and distributed runs share one code path)."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from dataclasses import dataclass
+
+import numpy as np
+
+from dqnlab.agent.learner import Learner
+from dqnlab.agent.networks import flatten_into
+from dqnlab.agent.policy import ParamLayout
+from dqnlab.config import Config
+from dqnlab.engine.actor import ActorBoard
+from dqnlab.engine.limiter import RateLimiter
+from dqnlab.engine.replay import SharedReplay
+from dqnlab.engine.shared import SharedArena
+from dqnlab.engine.weights import WeightBroadcast
+from dqnlab.engine.workers import ActorPool
+
+
+@dataclass
+class EngineParts:
+    config: Config
+    limiter: RateLimiter
+    learner: Learner
+    layout: ParamLayout
+    replay: SharedReplay
+    weights: WeightBroadcast
+    board: ActorBoard
+    pool: ActorPool
+    arena: SharedArena
+
+    def publish(self) -> None:
+        """Copy the learner's parameters to the actors' broadcast, versioned by its update count."""
+        flat = self._flat
+        flatten_into(self.learner.net, flat)
+        self.weights.publish(flat, self.learner.updates)
+
+    def __post_init__(self) -> None:
+        self._flat = np.zeros(self.weights.num_params, dtype=np.float32)
+
+
+def build(config: Config, obs_dim: int, num_actions: int, delays: dict[int, float] | None = None) -> EngineParts:
+    """Every part of a run of ``config``, shared memory allocated and the initial weights published;
+    no actor started yet (:meth:`ActorPool.start`)."""
+    c, r, a = config, config.run, config.agent
+    limiter = RateLimiter(a.utd, r.learning_starts, r.limiter_slack, r.limiter == "strict").for_budget(r.total_env_steps)
+    learner = Learner(config, obs_dim, num_actions, r.device)
+    layout = ParamLayout.of(learner.net)
+    arena = SharedArena()
+    replay = SharedReplay(arena, mp.get_context("fork").Lock(), a.buffer_capacity, obs_dim, c.env.num_workers, limiter,
+                          r.total_env_steps)  # fmt: skip
+    weights = WeightBroadcast(arena, layout.size)
+    board = ActorBoard(arena, c.env.num_workers)
+    arena.allocate()
+    replay.bind()
+    board.bind()
+    pool = ActorPool(config, replay, weights, layout, board, delays or {})
+    parts = EngineParts(config, limiter, learner, layout, replay, weights, board, pool, arena)
+    parts.publish()
+    return parts

@@ -1,0 +1,59 @@
+"""The study's queue of grid points in Optuna: the study itself, the grid enqueued as WAITING trials
+(topped up with the points that have no live trial), and the MLflow runs of trials that died."""
+
+from __future__ import annotations
+
+from dqnlab.study.spec import SweepSpec, encode, point_key
+
+
+def grid_sampler(spec: SweepSpec):
+    import optuna
+
+    return optuna.samplers.GridSampler({a: [encode(v) for v in vs] for a, vs in spec.grid.items()}, seed=0)
+
+
+def open_study(spec: SweepSpec, storage):
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.create_study(
+        study_name=spec.study_name, storage=storage, sampler=grid_sampler(spec), direction="maximize", load_if_exists=True
+    )
+
+
+def top_up_queue(study, spec: SweepSpec) -> int:
+    """Enqueue every grid point that has no COMPLETE, WAITING or RUNNING trial; returns how many."""
+    from optuna.trial import TrialState
+
+    live = {TrialState.COMPLETE, TrialState.WAITING, TrialState.RUNNING}
+    covered = {t.user_attrs.get("grid_point") for t in study.get_trials(deepcopy=False) if t.state in live}
+    added = 0
+    for point in spec.points():
+        key = point_key(point)
+        if key not in covered:
+            study.enqueue_trial({a: encode(v) for a, v in point.items()}, user_attrs={"grid_point": key})
+            added += 1
+    return added
+
+
+def mark_killed_runs(study, client) -> None:
+    """MLflow runs of FAIL trials still RUNNING there (their process died, or the tracking store
+    was down when the trial failed) get their end state: KILLED, or FAILED with the trial's error."""
+    from optuna.trial import TrialState
+
+    for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
+        run_id = t.user_attrs.get("mlflow_run_id")
+        if not run_id:
+            continue
+        try:
+            if client.get_run(run_id).info.status != "RUNNING":
+                continue
+            if t.user_attrs.get("status") == "failed":
+                client.set_tag(run_id, "status", "failed")
+                client.set_tag(run_id, "error", t.user_attrs.get("error", "")[:5000])
+                client.set_terminated(run_id, "FAILED")
+            else:
+                client.set_tag(run_id, "status", "killed")
+                client.set_terminated(run_id, "KILLED")
+        except Exception:  # a run we cannot read is left as it is
+            continue

@@ -1,0 +1,299 @@
+"""Running a study: every file in ``sweeps/`` comes here: grid -> Optuna study -> one trial = one
+engine run -> objective value + one MLflow child run.
+
+Claiming grid points. Every grid point is enqueued as a WAITING trial tagged with its key
+(``user_attrs['grid_point']``); ``study.ask()`` pops WAITING trials atomically in Optuna's RDB
+storage, so concurrent processes (``--jobs N`` or other machines) each get distinct trials. The
+study's sampler is Optuna's GridSampler over the same space, but a trial that does not come from
+the queue is pruned at once (the grid is exhausted). The queue may still hold one point twice (a
+stale trial's retry and a top-up racing), so a trial runs its point only after claiming it in the
+claims table (:mod:`dqnlab.study.claims`, one atomic statement); a trial whose point is held by a live
+or completed trial is pruned as a duplicate, so no point is ever run or completed twice.
+
+Running. Each trial runs in its own thread-free process (:mod:`dqnlab.engine.fresh_process`): actors are
+never forked from this process, which runs Optuna's heartbeat thread.
+
+Resuming. Trials of a dead process stop beating; ``fail_stale_trials`` (heartbeat + grace period)
+fails them and ``RetryFailedTrialCallback`` re-enqueues their point; every invocation also
+re-enqueues points with no COMPLETE, WAITING or RUNNING trial (e.g. a crashed run). A rerun of a
+finished study adds nothing.
+
+Objective (maximised, :mod:`dqnlab.objective`): ``eval`` = mean greedy eval return over the last
+quarter of the run's evaluations; ``throughput`` = env steps/s over the whole run. A hard-diverged
+run is a COMPLETE trial with ``status='diverged'`` and value -inf (it has no policy to score).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing as mp
+import os
+import socket
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from dqnlab.objective import objective_value
+from dqnlab.signals import sigterm_as_interrupt
+from dqnlab.study.queue import grid_sampler, mark_killed_runs, open_study, top_up_queue
+from dqnlab.study.spec import (
+    SweepError,
+    SweepSpec,
+    decode,
+    encode,
+    estimate_trial_s,
+    point_key,
+    validate_spec,
+    warn_cpu_budget,
+)
+from dqnlab.study.storage import SweepFailed, SweepLocations, claims_engine_for, make_storage, setup_lock, storage_failure
+
+
+@dataclass
+class WorkerArgs:
+    spec: SweepSpec
+    loc: SweepLocations
+    experiment_id: str
+    parent_run_id: str
+    heartbeat_s: int
+    grace_s: int
+    quiet: bool
+    total_points: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+
+class TrialFailed(RuntimeError):
+    """The trial's run crashed, its trial process died, or this machine refused its configuration; the
+    trial is FAIL with the reason and the sweep goes on (the next invocation reruns the point)."""
+
+
+def worker_loop(args: WorkerArgs) -> None:
+    """Pop and run grid points until none is waiting. Safe to run in many processes at once.
+
+    Each trial claims its point atomically (:mod:`dqnlab.study.claims`) and runs in its own thread-free
+    process (:mod:`dqnlab.engine.fresh_process`); this process keeps the Optuna trial and its heartbeat."""
+    import gymnasium as gym
+    import optuna
+    from optuna.trial import TrialState
+
+    from dqnlab.engine.fresh_process import TrialRequest, run_trial
+    from dqnlab.metrics import OBJECTIVE, display_key
+    from dqnlab.study.claims import claim_grid_point
+    from dqnlab.tracking.mlflow_runs import MlflowClient, MlflowRunTracker, TrackingError, start_trial_run
+
+    spec = args.spec
+    study = optuna.load_study(study_name=spec.study_name, storage=make_storage(args.loc.storage, args.heartbeat_s,
+                              args.grace_s), sampler=grid_sampler(spec))  # fmt: skip
+    claims = claims_engine_for(args.loc.storage)
+    client = MlflowClient(args.loc.tracking_uri)
+    worker = f"{socket.gethostname()}:{os.getpid()}"
+
+    def state_of(number: int) -> str:
+        return next((t.state.name for t in study.get_trials(deepcopy=False) if t.number == number), "FAIL")
+
+    def objective(trial) -> float:
+        key = trial.user_attrs.get("grid_point")
+        if key is None:
+            raise optuna.TrialPruned("not a queued grid point: the grid is exhausted")
+        owner = claim_grid_point(claims, spec.study_name, key, trial.number, state_of)
+        if owner is not None:
+            trial.set_user_attr("duplicate_of", owner)
+            raise optuna.TrialPruned(f"grid point already claimed by trial {owner}")
+        point = {a: decode(a, trial.suggest_categorical(a, [encode(v) for v in vs])) for a, vs in spec.grid.items()}
+        config = spec.config_for(point)
+        trial.set_user_attr("worker", worker)
+        trial.set_user_attr("status", "running")
+        try:
+            run_id = start_trial_run(
+                client, args.experiment_id, args.parent_run_id, run_name=f"trial {trial.number}",
+                tags={"trial_number": str(trial.number), "grid_point": key, "dqnlab.study": spec.study_name,
+                      "dqnlab.worker": worker},
+            )  # fmt: skip
+        except TrackingError as exc:
+            _record_failure(trial, str(exc))
+            raise
+        trial.set_user_attr("mlflow_run_id", run_id)
+        tracker = MlflowRunTracker(client, run_id)
+        try:
+            outcome = run_trial(TrialRequest(config, args.quiet, gym.spec(config.env.env_id)), [tracker])
+        except KeyboardInterrupt:
+            trial.set_user_attr("status", "interrupted")
+            tracker.close_unended("interrupted")
+            raise
+        if outcome.kind == "interrupted":
+            trial.set_user_attr("status", "interrupted")
+            tracker.close_unended("interrupted")
+            raise KeyboardInterrupt(outcome.message)
+        if outcome.kind == "tracking":  # every later trial would fail the same way
+            _record_failure(trial, outcome.message)
+            raise TrackingError(outcome.message) from tracker.broken
+        if outcome.kind != "result":
+            reason = outcome.message
+            if outcome.kind == "config":
+                reason = f"configuration refused on {socket.gethostname()}: {reason}"
+            _record_failure(trial, reason)
+            tracker.close_unended("failed", reason)  # the trial process could not close its run
+            raise TrialFailed(reason)
+        result = outcome.result
+        value = objective_value(result, spec.objective)
+        try:
+            tracker.log_metric(display_key(OBJECTIVE), value if math.isfinite(value) else -1e30)
+        except TrackingError as exc:
+            _record_failure(trial, str(exc))
+            raise
+        trial.set_user_attr("status", result.status)
+        return value
+
+    with sigterm_as_interrupt():
+        try:
+            while study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+                study.optimize(objective, n_trials=1, catch=(TrialFailed,), gc_after_trial=False)
+                if not args.quiet:
+                    _print_overall(study, args)
+        except Exception as exc:
+            cause = storage_failure(exc)
+            if cause is None:
+                raise
+            raise SweepFailed(
+                f"Optuna storage failed ({type(cause).__name__}: {str(cause).strip()[:300]}); the trial in progress "
+                f"stays RUNNING in the study and is run again once its heartbeat is older than --grace-s"
+            ) from exc
+        finally:
+            claims.dispose()
+
+
+def _record_failure(trial, error: str) -> None:
+    trial.set_user_attr("status", "failed")
+    trial.set_user_attr("error", error[:2000])
+
+
+def _print_overall(study, args: WorkerArgs) -> None:
+    from optuna.trial import TrialState
+
+    done_keys = {t.user_attrs.get("grid_point") for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
+    done, total = len(done_keys), args.total_points
+    elapsed = time.monotonic() - args.started
+    # ETA weighs the remaining points by their estimated cost (a utd-4 trial costs ~4x a utd-1 one)
+    cost = {point_key(p): estimate_trial_s(args.spec.config_for(p)) for p in args.spec.points()}
+    spent = sum(c for k, c in cost.items() if k in done_keys)
+    left = sum(c for k, c in cost.items() if k not in done_keys)
+    eta = elapsed / spent * left if spent else float("nan")
+    width = 30
+    bar = "#" * (width * done // max(total, 1))
+    print(f"[{bar:<{width}}] trials {done}/{total} elapsed {elapsed:5.0f}s eta {eta:5.0f}s", file=sys.stderr)
+
+
+def run_sweep(
+    spec: SweepSpec,
+    loc: SweepLocations,
+    jobs: int = 1,
+    quiet: bool = False,
+    heartbeat_s: int = 10,
+    grace_s: int = 30,
+) -> dict[str, Any]:
+    """Create or resume the study, run every missing grid point, return the summary."""
+    validate_spec(spec)
+    if jobs < 1:
+        raise SweepError(f"--jobs: got {jobs}; allowed: an int >= 1")
+    warn_cpu_budget(spec, jobs)
+    loc.results.mkdir(parents=True, exist_ok=True)
+    import optuna
+
+    from dqnlab.tracking.mlflow_runs import MlflowClient, get_or_create_experiment, get_or_create_parent, git_commit
+
+    # Set-up is serialised between sweep processes (see setup_lock): two of them creating the schemas
+    # of a fresh SQLite file, or the study's grid queue, at the same time would clash or enqueue twice.
+    with setup_lock(loc):
+        client = MlflowClient(loc.tracking_uri)
+        try:  # first, so that an unreachable server writes nothing to the study
+            experiment_id = get_or_create_experiment(client, spec.sweep, loc.artifacts)
+        except Exception as exc:  # unreachable server, bad database
+            raise SweepError(f"--tracking-uri: cannot reach MLflow at {loc.tracking_uri!r}: {exc}") from None
+        try:
+            storage = make_storage(loc.storage, heartbeat_s, grace_s)
+            study = open_study(spec, storage)  # created once, before any trial process starts
+        except Exception as exc:  # sqlalchemy OperationalError, missing driver, ...
+            raise SweepError(f"--storage: cannot open Optuna storage {loc.storage!r}: {exc}") from None
+        optuna.storages.fail_stale_trials(study)
+        mark_killed_runs(study, client)
+        top_up_queue(study, spec)
+        parent = get_or_create_parent(client, experiment_id, spec.study_name, {"git_commit": git_commit()})
+        grid_tag = json.dumps({a: [encode(v) for v in vs] for a, vs in spec.grid.items()})[:5000]
+        client.set_tag(parent, "grid", grid_tag)
+    args = WorkerArgs(spec, loc, experiment_id, parent, heartbeat_s, grace_s, quiet, len(spec.points()))
+    if jobs == 1:
+        worker_loop(args)
+    else:
+        ctx = mp.get_context("spawn")  # a fresh interpreter each: no forked MLflow/SQLAlchemy state
+        procs = [ctx.Process(target=worker_loop, args=(args,), name=f"dqnlab-sweep-{j}") for j in range(jobs)]
+        for p in procs:
+            p.start()
+        try:
+            for p in procs:
+                p.join()
+        finally:
+            for p in procs:
+                if p.is_alive():
+                    p.terminate()
+                    p.join(10)
+        bad = [p.exitcode for p in procs if p.exitcode != 0]
+        if bad:
+            raise SweepFailed(f"sweep worker process(es) exited with {bad}; their errors are printed above")
+    summary = summarise(study, spec)
+    try:
+        close_study_run(client, parent, study, summary)
+    except Exception as exc:
+        from dqnlab.tracking.mlflow_runs import TrackingError
+
+        raise TrackingError(f"MLflow tracking store failed closing the study's parent run ({exc})") from exc
+    return summary
+
+
+def close_study_run(client, parent_run_id: str, study, summary: dict[str, Any]) -> None:
+    """Log the per-cell summary on the study's parent run and end it once no trial is left to run
+    here or elsewhere: FINISHED when every grid point is complete, FAILED when some failed (a rerun
+    retries them and sets the run RUNNING again). With trials still running on other machines the
+    parent stays RUNNING; the last sweep process to finish closes it."""
+    from optuna.trial import TrialState
+
+    from dqnlab.tracking.mlflow_runs import close_parent
+
+    cells = [{**json.loads(c["cell"]), "iqm": c["iqm"], "n_seeds": c["n"], "values": c["values"]}
+             for c in summary["cells"]]  # fmt: skip
+    client.log_dict(parent_run_id, {"cells": cells, "states": summary["states"]}, "summary/cells.json")
+    done = len(summary["rows"])
+    client.log_metric(parent_run_id, "points_complete", done)
+    client.log_metric(parent_run_id, "points_total", summary["grid_size"])
+    if study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING)):
+        return
+    close_parent(client, parent_run_id, "FINISHED" if done == summary["grid_size"] else "FAILED")
+
+
+def summarise(study, spec: SweepSpec) -> dict[str, Any]:
+    """Completed trials and, per cell (a grid point without its seed), the IQM of the objective over
+    its seeds; runs without a final return (hard-diverged: -inf) are listed and left out of the IQM."""
+    from optuna.trial import TrialState
+
+    from dqnlab.statistics import iqm
+
+    rows = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        rows.append({"trial": t.number, "point": json.loads(t.user_attrs["grid_point"]), "value": t.value,
+                     "status": t.user_attrs.get("status"), "mlflow_run_id": t.user_attrs.get("mlflow_run_id")})  # fmt: skip
+    by_cell: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        cell = {k: v for k, v in r["point"].items() if k != "seed"}
+        by_cell[json.dumps(cell, sort_keys=True)].append(r["value"])
+    cells = []
+    for key, values in by_cell.items():
+        finite = [v for v in values if math.isfinite(v)]
+        cells.append({"cell": key, "iqm": iqm(finite), "n": len(values), "n_finite": len(finite), "values": values})
+    cells.sort(key=lambda c: (-math.inf if math.isnan(c["iqm"]) else c["iqm"]), reverse=True)
+    counts: dict[str, int] = defaultdict(int)
+    for t in study.get_trials(deepcopy=False):
+        counts[t.state.name] += 1
+    return {"rows": sorted(rows, key=lambda r: r["trial"]), "cells": cells, "states": dict(counts),
+            "grid_size": len(spec.points())}  # fmt: skip

@@ -1,0 +1,89 @@
+"""What a study runs: the :class:`SweepSpec` (base config, grid axes, objective), its validation, the
+key of a grid point, and a rough cost estimate. No I/O."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from dqnlab.config import Config
+from dqnlab.objective import OBJECTIVES
+
+
+class SweepError(ValueError):
+    """A sweep argument is invalid; raised before anything is written."""
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """What one study runs: ``base`` config fields for every trial and the ``grid`` axes."""
+
+    sweep: str  # MLflow experiment name (one per sweep file)
+    study_name: str  # Optuna study and MLflow parent run
+    base: dict[str, Any]
+    grid: dict[str, list[Any]]
+    objective: str = "eval"
+
+    def points(self) -> list[dict[str, Any]]:
+        axes = list(self.grid)
+        return [dict(zip(axes, combo)) for combo in itertools.product(*(self.grid[a] for a in axes))]
+
+    def config_for(self, point: dict[str, Any]) -> Config:
+        return Config.from_flat({**self.base, **point})
+
+
+def validate_spec(spec: SweepSpec) -> None:
+    """Unknown or empty axes, bad values, unknown env ids: SweepError/ConfigError, nothing written."""
+    known = set(Config.field_names())
+    for axis, values in spec.grid.items():
+        if axis not in known:
+            raise SweepError(f"unknown sweep axis {axis!r}; allowed: {sorted(known)}")
+        if not values:
+            raise SweepError(f"sweep axis {axis!r} is empty; give at least one value")
+    unknown = sorted(set(spec.base) - known)
+    if unknown:
+        raise SweepError(f"unknown config field(s) {unknown}; allowed: {sorted(known)}")
+    if spec.objective not in OBJECTIVES:
+        raise SweepError(f"objective: got {spec.objective!r}; allowed: {OBJECTIVES}")
+    from dqnlab.engine import inspect_env
+
+    env_ids = set()
+    for point in spec.points():
+        env_ids.add(spec.config_for(point).env.env_id)  # raises ConfigError naming the field
+    for env_id in env_ids:
+        inspect_env(env_id)
+
+
+def point_key(point: dict[str, Any]) -> str:
+    return json.dumps({k: encode(v) for k, v in sorted(point.items())}, sort_keys=True)
+
+
+def encode(value: Any) -> Any:
+    return ",".join(map(str, value)) if isinstance(value, tuple) else value
+
+
+def decode(axis: str, value: Any) -> Any:
+    if axis == "hidden_sizes" and isinstance(value, str):
+        return tuple(int(x) for x in value.split(","))
+    return value
+
+
+def estimate_trial_s(config: Config) -> float:
+    """Rough seconds per trial on a 2-core machine (DESIGN.md figures: ~900 updates/s, ~20k steps/s
+    per actor, ~2 s of start-up and evaluation)."""
+    steps = config.run.total_env_steps
+    learner = config.agent.utd * max(0, steps - config.run.learning_starts) / 900.0
+    actors = steps / (20_000.0 * config.env.num_workers)
+    return max(learner, actors) + 2.0
+
+
+def warn_cpu_budget(spec: SweepSpec, jobs: int) -> None:
+    workers = max(spec.config_for(p).env.num_workers for p in spec.points())
+    cores = os.cpu_count() or 1
+    if jobs * (workers + 1) > cores:
+        print(f"warning: --jobs {jobs} x (num_workers {workers} + 1 learner) = {jobs * (workers + 1)} processes "
+              f"on {cores} cores: they will compete and throughput figures will be lower", file=sys.stderr)  # fmt: skip
