@@ -25,6 +25,7 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 
 from analysis.stats import collapse_label, final_return  # noqa: E402
 from dqnlab.config import Config  # noqa: E402
+from dqnlab.metrics import ENV_STEPS, UPDATES  # noqa: E402
 
 TAG_STUDY, TAG_ROLE = "dqnlab.study", "dqnlab.role"
 
@@ -110,8 +111,8 @@ def load(tracking_uri: str, experiment: str, study: str | None = None) -> tuple[
         rows.append(row)
         for m in history:
             for k, v in m.items():
-                if k not in ("env_steps", "updates"):
-                    long_rows.append((run_id, m["env_steps"], m["updates"], k, v))
+                if k not in (ENV_STEPS, UPDATES):
+                    long_rows.append((run_id, m[ENV_STEPS], m[UPDATES], k, v))
     runs = pd.DataFrame(rows)
     if not runs.empty:
         # A grid point rerun after a crash has one finished run; count each point once.
@@ -119,7 +120,7 @@ def load(tracking_uri: str, experiment: str, study: str | None = None) -> tuple[
         runs = runs.assign(_order=finished_first).sort_values(["_order", "trial_number"])
         runs = runs.drop_duplicates(["study", "grid_point"], keep="first").drop(columns="_order")
         runs = runs.sort_values(["study", "trial_number"]).reset_index(drop=True)
-    hist = pd.DataFrame(long_rows, columns=["run_id", "env_steps", "updates", "metric", "value"])
+    hist = pd.DataFrame(long_rows, columns=["run_id", ENV_STEPS, UPDATES, "metric", "value"])
     hist = hist[hist["run_id"].isin(set(runs.get("run_id", [])))].reset_index(drop=True)
     return runs, hist
 

@@ -32,16 +32,21 @@ def _writer(replay: SharedReplay, worker: int, n: int) -> None:
     assert code == STOP
 
 
-def test_concurrent_writers_lose_and_duplicate_nothing(leak_guard):
-    total, workers = 6000, 3
-    replay = _make(capacity=10_000, workers=workers, total=total)
+def _run_writers(replay: SharedReplay, workers: int, n: int) -> None:
+    """``workers`` forked writers committing ``n`` steps at a time until the budget is spent."""
     ctx = mp.get_context("fork")
-    procs = [ctx.Process(target=_writer, args=(replay, w, 2)) for w in range(workers)]
+    procs = [ctx.Process(target=_writer, args=(replay, w, n)) for w in range(workers)]
     for p in procs:
         p.start()
     for p in procs:
         p.join(30)
     assert [p.exitcode for p in procs] == [0] * workers
+
+
+def test_concurrent_writers_lose_and_duplicate_nothing(leak_guard):
+    total, workers = 6000, 3
+    replay = _make(capacity=10_000, workers=workers, total=total)
+    _run_writers(replay, workers, 2)
     assert replay.env_steps == total
     np.testing.assert_array_equal(np.sort(replay.resident_seq()), np.arange(total))
     produced = replay.produced()
@@ -56,13 +61,7 @@ def test_concurrent_writers_lose_and_duplicate_nothing(leak_guard):
 def test_concurrent_writers_while_the_ring_wraps_keep_the_newest_and_exact_counts(leak_guard):
     total, workers, capacity = 9000, 3, 1000  # the ring wraps 9 times under three writers
     replay = _make(capacity=capacity, workers=workers, total=total)
-    ctx = mp.get_context("fork")
-    procs = [ctx.Process(target=_writer, args=(replay, w, 3)) for w in range(workers)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(30)
-    assert [p.exitcode for p in procs] == [0] * workers
+    _run_writers(replay, workers, 3)
     assert replay.env_steps == total and replay.produced().sum() == total
     # exactly the newest `capacity` transitions are resident, each once, in slot seq % capacity
     seqs = replay.resident_seq()

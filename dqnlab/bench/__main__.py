@@ -23,6 +23,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from dqnlab import metrics as M
 from dqnlab.agent.learner import td_target
 from dqnlab.agent.networks import QNetwork, flatten_into
 from dqnlab.agent.policy import NumpyQ, ParamLayout
@@ -143,14 +144,14 @@ def engine_run(utd: float, workers: int, total: int, **overrides) -> dict[str, f
         num_workers=workers, utd=utd, total_env_steps=total, learning_starts=1000, eval_every_steps=0, **overrides
     )
     result = train(config)
-    windows = [m for m in result.history[1:] if m["env_steps"] > 1000 + workers * 100]
+    windows = [m for m in result.history[1:] if m[M.ENV_STEPS] > 1000 + workers * 100]
     pick = windows or result.history
     return {
-        "env_steps_per_s": statistics.median(m["env_steps_per_s"] for m in pick),
-        "updates_per_s": statistics.median(m["updates_per_s"] for m in pick),
-        "utd_realised": result.final["utd_realised"],
-        "policy_lag_mean": result.final.get("policy_lag_mean", float("nan")),
-        "actor_staleness_mean": result.final.get("actor_staleness_mean", float("nan")),
+        M.ENV_STEPS_PER_S: statistics.median(m[M.ENV_STEPS_PER_S] for m in pick),
+        M.UPDATES_PER_S: statistics.median(m[M.UPDATES_PER_S] for m in pick),
+        M.UTD_REALISED: result.final[M.UTD_REALISED],
+        M.POLICY_LAG_RUN_MEAN: result.final.get(M.POLICY_LAG_RUN_MEAN, float("nan")),
+        M.ACTOR_STALENESS_RUN_MEAN: result.final.get(M.ACTOR_STALENESS_RUN_MEAN, float("nan")),
     }
 
 
@@ -177,16 +178,16 @@ def main(argv: list[str] | None = None) -> int:
         ("dqnlab: actor unthrottled (1 process)", actor, "env steps/s", f"{actor / env_numpy:.2f}x env+numpy"),
     ]
     learner = engine_run(16.0, 1, 1000 + int(1200 * scale))
-    rows.append(("dqnlab: learner in engine (utd 16, 1 worker)", learner["updates_per_s"], "updates/s",
+    rows.append(("dqnlab: learner in engine (utd 16, 1 worker)", learner[M.UPDATES_PER_S], "updates/s",
                  f"{learner['updates_per_s'] / bare:.2f}x bare loop"))  # fmt: skip
     for utd in (0.25, 1.0, 4.0):
         for workers in (1, 2):
             total = 1000 + int(scale * {0.25: 40_000, 1.0: 12_000, 4.0: 4_000}[utd])
             m = engine_run(utd, workers, total)
             limit = min(actor * workers, bare / utd)
-            rows.append((f"dqnlab: end-to-end utd {utd:g}, {workers} worker(s)", m["env_steps_per_s"], "env steps/s",
+            rows.append((f"dqnlab: end-to-end utd {utd:g}, {workers} worker(s)", m[M.ENV_STEPS_PER_S], "env steps/s",
                          f"{m['env_steps_per_s'] / limit:.2f}x min(actors, bare/utd); "
-                         f"utd {m['utd_realised']:.4f}, staleness {m['actor_staleness_mean']:.1f} upd"))  # fmt: skip
+                         f"utd {m[M.UTD_REALISED]:.4f}, staleness {m[M.ACTOR_STALENESS_RUN_MEAN]:.1f} upd"))  # fmt: skip
     width = max(len(name) for name, *_ in rows)
     print(f"{'measurement':<{width}}  {'median':>10}  unit         ratio")
     for name, value, unit, ratio in rows:

@@ -17,6 +17,7 @@ from dqnlab.engine.evaluator import Evaluator
 from dqnlab.engine.replay import GO, STOP, wait_backoff
 from dqnlab.engine.result import RunFailed, RunResult
 from dqnlab.engine.window import MetricsWindow
+from dqnlab.metrics import ENV_STEPS
 from dqnlab.signals import sigterm_as_interrupt
 from dqnlab.threads import set_threads
 from dqnlab.tracking.callbacks import CallbackList
@@ -129,7 +130,7 @@ class Engine:
     def _evaluate(self) -> bool:
         """Record one evaluation at its own env step; False (nothing evaluated) on non-finite weights."""
         stamp = self.window.stamp(time.monotonic() - self.t0)
-        metrics = self.evaluator.evaluate(self.parts.learner.net, stamp["env_steps"])
+        metrics = self.evaluator.evaluate(self.parts.learner.net, stamp[ENV_STEPS])
         if metrics is None:
             return False
         self._record({**stamp, **metrics})

@@ -29,7 +29,7 @@ os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # our s
 from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
-from dqnlab.metrics import display_key  # noqa: E402
+from dqnlab.metrics import ENV_STEPS, display_key  # noqa: E402
 
 METRICS_PER_BATCH = 1000  # MLflow's log_batch limit
 PARAMS_PER_BATCH = 100
@@ -143,7 +143,7 @@ class MlflowRunTracker:
 
     def on_log(self, metrics: dict[str, float]) -> None:
         ts = int(time.time() * 1000)
-        step = int(metrics.get("env_steps", 0))
+        step = int(metrics.get(ENV_STEPS, 0))
         self._pending.extend(Metric(display_key(k), float(v), ts, step) for k, v in metrics.items())
         self._points += 1
         if self._points % self.flush_every == 0 or time.monotonic() - self._last_flush >= self.flush_every_s:
