@@ -3,8 +3,9 @@
 ``load_runs``: one row per trial run: run ids, status, ``outcome`` (``completed``, ``diverged`` or
 ``failed``: crashed, interrupted or killed), every config field as a typed column, the final value of
 every metric (prefixed ``final_``), ``final_return`` (NaN for a failed or hard-diverged run: neither
-has a policy to score) and the ``collapse`` label. A grid point rerun after a failure counts once,
-with its finished run; a failed run whose point was never rerun stays, as failed.
+has a policy to score) and the ``collapse`` label. One row per seed: a trial of K replicas has K child
+runs (each with its own ``seed``). A seed of a grid point rerun after a failure counts once, with its
+finished run; a failed run whose point was never rerun stays, as failed.
 ``load_histories``: the long table ``(run_id, env_steps, updates, metric, value)``.
 Histories come from each run's ``history.json`` artifact (one download per run, not one call per
 metric).
@@ -118,7 +119,7 @@ def load(tracking_uri: str, experiment: str, study: str | None = None) -> tuple[
         # A grid point rerun after a crash has one finished run; count each point once.
         finished_first = (runs["mlflow_status"] != "FINISHED").astype(int)
         runs = runs.assign(_order=finished_first).sort_values(["_order", "trial_number"])
-        runs = runs.drop_duplicates(["study", "grid_point"], keep="first").drop(columns="_order")
+        runs = runs.drop_duplicates(["study", "grid_point", "seed"], keep="first").drop(columns="_order")
         runs = runs.sort_values(["study", "trial_number"]).reset_index(drop=True)
     hist = pd.DataFrame(long_rows, columns=["run_id", ENV_STEPS, UPDATES, "metric", "value"])
     hist = hist[hist["run_id"].isin(set(runs.get("run_id", [])))].reset_index(drop=True)

@@ -134,10 +134,10 @@ def return_vs_utd(runs: pd.DataFrame, hist: pd.DataFrame | None = None) -> Figur
         return _empty(title, "no final returns in these runs")
     df = runs.assign(reset=_col(runs, "reset", "none"), layer_norm=_col(runs, "layer_norm", False))
     rows = facets(df, ["utd", "layer_norm", "reset"])
-    resets = sorted(df["reset"].unique())
+    resets = sorted(df["reset"].dropna().unique())
     fig, axes = plt.subplots(len(rows), len(resets), figsize=(5.5 * len(resets) + 1, 4.2 * len(rows)), squeeze=False,
                              sharey=True)  # fmt: skip
-    utds = sorted(df["utd"].unique())
+    utds = sorted(df["utd"].dropna().unique())
     for (label, g), axrow in zip(rows, axes):
         table = cell_table(g, reps=1000)
         table = _with_columns(table, g, ["utd", "layer_norm", "reset"])
@@ -228,7 +228,7 @@ def q_distribution(runs: pd.DataFrame, hist: pd.DataFrame) -> Figure:
         return _empty(title, "no Q quantiles logged")
     bound = float(runs[f"final_{M.Q_BOUND}"].median()) if f"final_{M.Q_BOUND}" in runs else None
     rows = facets(runs, ["utd"])
-    utds = sorted(runs["utd"].unique())
+    utds = sorted(runs["utd"].dropna().unique())
     fig, axes = plt.subplots(len(rows), len(utds), figsize=(4.6 * len(utds), 3.3 * len(rows)), squeeze=False,
                              sharex=True, sharey=True)  # fmt: skip
     for i, (label, g) in enumerate(rows):

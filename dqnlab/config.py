@@ -165,6 +165,10 @@ class RunConfig:
     probe_size: int = 256
     """States in the fixed probe batch used for srank, dormant units and soft divergence."""
     seed: int = 0
+    """Seed of the first replica; replica k uses seed + k (its networks, envs, exploration, sampling)."""
+    replicas: int = 1
+    """Independent agents of this configuration trained in lockstep in one run (seeds seed..seed+K-1),
+    one stacked learner update for all; each replica is a run of its own (DESIGN.md: replica)."""
     mode: RunMode = "parallel"
     """'parallel': one process per actor; 'serial': actors stepped in the learner's process."""
     device: Device = "cpu"
@@ -188,6 +192,7 @@ class RunConfig:
         _require(self.eval_episodes >= 1, "eval_episodes", "an int >= 1", self.eval_episodes)
         _require(self.probe_size >= 2, "probe_size", "an int >= 2", self.probe_size)
         _require(self.seed >= 0, "seed", "an int >= 0", self.seed)
+        _require(1 <= self.replicas <= 1024, "replicas", "an int in [1, 1024]", self.replicas)
         _require(self.learner_threads >= 1, "learner_threads", "an int >= 1", self.learner_threads)
         _require(self.publish_every >= 1, "publish_every", "an int >= 1", self.publish_every)
         _require(math.isfinite(self.worker_timeout_s) and self.worker_timeout_s > 0, "worker_timeout_s",

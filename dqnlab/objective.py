@@ -8,18 +8,24 @@ from __future__ import annotations
 import math
 
 from dqnlab.metrics import ENV_STEPS_PER_S_TOTAL, EVAL_RETURN_MEAN
+from dqnlab.statistics import iqm
 
 OBJECTIVES = ("eval", "throughput")
 
 
-def objective_value(result, objective: str) -> float:
-    """The trial's value for Optuna: -inf where the run has no final return (a hard-diverged run, a
-    run without evaluations), so that Optuna records it as the worst COMPLETE trial, never as NaN
-    (which Optuna would FAIL and the next invocation would rerun)."""
+def replica_values(result, objective: str) -> list[float]:
+    """Each replica's score: its final return (``eval``; NaN without one) or the run's env steps/s."""
     if objective == "throughput":
-        return float(result.final.get(ENV_STEPS_PER_S_TOTAL, 0.0))
-    value = final_eval_return(result.history, result.status)
-    return value if math.isfinite(value) else float("-inf")
+        return [float(result.replicas[0].final.get(ENV_STEPS_PER_S_TOTAL, 0.0))] * len(result.replicas)
+    return [final_eval_return(r.history, r.status) for r in result.replicas]
+
+
+def objective_value(result, objective: str) -> float:
+    """A trial's value for Optuna: the IQM over its replicas' scores that are finite; -inf where none
+    is (every replica hard-diverged, or no evaluation), so that Optuna records the trial as the worst
+    COMPLETE one, never as NaN (which Optuna would FAIL and the next invocation would rerun)."""
+    finite = [v for v in replica_values(result, objective) if math.isfinite(v)]
+    return iqm(finite) if finite else float("-inf")
 
 
 def final_eval_return(history: list[dict[str, float]], status: str | None = None) -> float:

@@ -1,6 +1,6 @@
 """Replay-ratio study: what does a higher UTD do, and what do target delay, LayerNorm and resets buy?
 
-    python sweeps/utd.py                  # default preset: ~10 min on 2 cores, shows the UTD effect
+    python sweeps/utd.py                  # default preset: 8 seeds per cell, ~10 min on 2 cores
     python sweeps/utd.py --preset smoke   # CI, about a minute
     python sweeps/utd.py --preset full    # hours: the real study
     python sweeps/utd.py --dry-run --axis utd=1,4,16 --seeds 3
@@ -44,8 +44,10 @@ PRESETS = {
             num_workers=2,
             target_period=500,
             reset="none",
+            replicas=8,  # 8 seeds per trial, one stacked learner
         ),  # fmt: skip
-        "grid": {"utd": [0.25, 1.0, 4.0], "layer_norm": [False, True], "seed": [0, 1]},
+        "grid": {"utd": [0.25, 1.0, 4.0], "layer_norm": [False, True]},
+        "jobs": 2,  # two trials side by side: each learner is the bottleneck of its trial and takes a core
     },
     "full": {
         "base": dict(
@@ -55,6 +57,7 @@ PRESETS = {
             eval_every_steps=5000,
             eval_episodes=10,
             log_every=500,
+            replicas=10,
         ),  # fmt: skip
         "grid": {
             "num_workers": [1, 2, 4],
@@ -62,8 +65,8 @@ PRESETS = {
             "target_period": [100, 500, 2000],
             "layer_norm": [False, True],
             "reset": ["none", "head", "shrink_perturb"],
-            "seed": [0, 1, 2, 3, 4],
         },
+        "jobs": 2,
     },
 }
 

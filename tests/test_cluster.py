@@ -151,7 +151,8 @@ def test_one_mlflow_child_run_per_completed_trial_under_one_parent(study_done):
     assert len(parents) == 1
     children = client.search_runs([exp.experiment_id], f"tags.`dqnlab.role` = 'trial' and tags.`dqnlab.study` = '{STUDY}'")
     study = optuna.load_study(study_name=STUDY, storage=study_done.storage)
-    expected = {t.user_attrs["mlflow_run_id"] for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    expected = {r for t in complete for r in t.user_attrs["mlflow_run_ids"]}
     assert {r.info.run_id for r in children} == expected
     for run in children:
         assert run.data.tags["mlflow.parentRunId"] == parents[0].info.run_id

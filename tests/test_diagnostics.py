@@ -197,16 +197,18 @@ def test_the_learners_collapse_signs_work_on_device_tensors(device_semantics):
     from dqnlab.config import Config
     from dqnlab.metrics import DORMANT_FRAC, HARD_DIVERGENCE, SRANK
 
-    learner = Learner(Config.from_flat(batch_size=32, learning_starts=32, probe_size=32), obs_dim=4, num_actions=2)
-    probe = torch.randn(32, 4)
-    host = collapse_signs(learner, probe, reward_bound=1.0, gamma=0.99)
-    on_device = learner.probe
+    config = Config.from_flat(batch_size=32, learning_starts=32, probe_size=32, replicas=2)
+    learner = Learner(config, obs_dim=4, num_actions=2)
+    probe = torch.randn(2, 32, 4)
+    host = collapse_signs(learner, probe, [1.0, 1.0], gamma=0.99)
+    on_host = learner.probe
 
     def probe_on_device(obs):
-        q, acts = on_device(obs)
+        q, acts = on_host(obs)
         return off_host(q.numpy()), [off_host(a.numpy()) for a in acts]
 
     learner.probe = probe_on_device
-    device = collapse_signs(learner, probe, reward_bound=1.0, gamma=0.99)
-    assert device.metrics == pytest.approx(host.metrics)
-    assert device.metrics[HARD_DIVERGENCE] == 0.0 and SRANK in device.metrics and DORMANT_FRAC in device.metrics
+    device = collapse_signs(learner, probe, [1.0, 1.0], gamma=0.99)
+    for k in range(2):
+        assert device[k].metrics == pytest.approx(host[k].metrics)
+        assert device[k].metrics[HARD_DIVERGENCE] == 0.0 and {SRANK, DORMANT_FRAC} <= set(device[k].metrics)

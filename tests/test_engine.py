@@ -44,7 +44,7 @@ class Recorder:
     def __init__(self):
         self.logs, self.ended = [], None
 
-    def on_log(self, metrics):
+    def on_log(self, replica, metrics):
         self.logs.append(metrics)
 
     def on_end(self, result):
@@ -150,7 +150,7 @@ def test_a_parallel_run_from_a_process_with_threads_forks_its_actors_elsewhere(l
     seen: list[set[str]] = []
 
     class Children:  # what this process has forked, seen while the run is going on
-        def on_log(self, metrics):
+        def on_log(self, replica, metrics):
             seen.append({Path(f"/proc/{pid}/cmdline").read_bytes().decode().replace("\0", " ") for pid in
                          children(os.getpid())})  # fmt: skip
 

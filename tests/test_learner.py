@@ -1,9 +1,13 @@
+import copy
+
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from dqnlab.agent.batch import Batch
-from dqnlab.agent.learner import Learner, polyak_, td_target
+from dqnlab.agent.learner import Learner, clip_per_replica_, td_target
+from dqnlab.agent.networks import QNetwork, StackedQ
 from dqnlab.config import Config
 
 
@@ -22,11 +26,12 @@ def test_double_dqn_target_uses_online_argmax_and_target_value():
     torch.testing.assert_close(y, torch.tensor([1.0]))  # 0.5 * target[1], not 0.5 * max = 5
 
 
-def _batch(rng, n=32):
-    obs = rng.standard_normal((n, 4)).astype(np.float32)
-    z = np.zeros(n, dtype=np.int64)
-    return Batch(obs, rng.integers(0, 2, n), np.ones(n, np.float32), obs.copy(), np.zeros(n, bool),
-                 np.zeros(n, bool), z.astype(np.int16), z, z, z)  # fmt: skip
+def _batch(rng, n=32, replicas=1, reward_scale=1.0):
+    obs = rng.standard_normal((replicas, n, 4)).astype(np.float32)
+    z = np.zeros((replicas, n), dtype=np.int64)
+    rewards = (reward_scale * rng.standard_normal((replicas, n))).astype(np.float32)
+    return Batch(obs, rng.integers(0, 2, (replicas, n)), rewards, rng.standard_normal((replicas, n, 4)).astype(np.float32),
+                 rng.random((replicas, n)) < 0.1, np.zeros((replicas, n), bool), z.astype(np.int16), z, z, z)  # fmt: skip
 
 
 def _learner(**overrides) -> Learner:
@@ -34,8 +39,126 @@ def _learner(**overrides) -> Learner:
     return Learner(config, obs_dim=4, num_actions=2)
 
 
-def _params(module):
-    return [p.detach().clone() for p in module.parameters()]
+def _params(net):
+    return [p.detach().clone() for p in net.parameters()]
+
+
+def test_stacked_forward_is_each_replicas_own_network():
+    nets = [QNetwork(4, 3, (16, 8), layer_norm) for layer_norm in (False,) * 3]
+    stacked = StackedQ.stack(nets)
+    obs = torch.randn(3, 5, 4)
+    q = stacked(obs)
+    for k, net in enumerate(nets):
+        torch.testing.assert_close(q[k], net(obs[k]), rtol=1e-5, atol=1e-6)
+    ln_nets = [QNetwork(4, 3, (16, 8), True) for _ in range(2)]
+    for n in ln_nets:  # non-trivial LayerNorm affine parameters
+        for norm in n.norms:
+            torch.nn.init.normal_(norm.weight)
+            torch.nn.init.normal_(norm.bias)
+    q, acts = StackedQ.stack(ln_nets).forward_with_activations(obs[:2])
+    for k, net in enumerate(ln_nets):
+        q_k, acts_k = net.forward_with_activations(obs[k])
+        torch.testing.assert_close(q[k], q_k, rtol=1e-5, atol=1e-6)
+        for a, b in zip(acts, acts_k):
+            torch.testing.assert_close(a[k], b, rtol=1e-5, atol=1e-6)
+
+
+def _reference_update(net: QNetwork, target: QNetwork, opt: torch.optim.Adam, batch: Batch, k: int, config: Config):
+    """One eager single-network DQN update of replica k's slice of ``batch`` (the textbook code)."""
+    a = config.agent
+    t = [torch.from_numpy(x[k]) for x in (batch.obs, batch.actions, batch.rewards, batch.next_obs, batch.terminated)]
+    obs, actions, rewards, next_obs, terminated = t
+    with torch.no_grad():
+        y = td_target(rewards, terminated, target(next_obs), a.gamma, net(next_obs) if a.double_dqn else None)
+    q_sa = net(obs).gather(1, actions.unsqueeze(1)).squeeze(1)
+    loss = F.smooth_l1_loss(q_sa, y)
+    opt.zero_grad()
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(net.parameters(), a.max_grad_norm)
+    grads = [p.grad.clone() for p in net.parameters()]
+    opt.step()
+    return float(norm), grads
+
+
+def _references(learner: Learner, lr: float):
+    refs = []
+    for k in range(learner.replicas):
+        n = learner.config.network
+        net = QNetwork(4, 2, n.hidden_sizes, n.layer_norm)
+        with torch.no_grad():
+            for p, s in zip(net.parameters(), learner.net.parameters()):
+                p.copy_(s[k])
+        refs.append((net, copy.deepcopy(net), torch.optim.Adam(net.parameters(), lr=lr)))
+    return refs
+
+
+@pytest.mark.parametrize("layer_norm", [False, True])
+@pytest.mark.parametrize("double_dqn", [False, True])
+def test_one_stacked_update_of_k_replicas_equals_k_single_network_updates(layer_norm, double_dqn):
+    k_replicas, lr = 3, 1e-2
+    settings = dict(replicas=k_replicas, layer_norm=layer_norm, double_dqn=double_dqn, hidden_sizes=(16, 16), lr=lr)
+    batches = [_batch(np.random.default_rng(s), replicas=k_replicas) for s in range(3)]
+    # the first batch's gradient norms, measured on copies: clip between the largest and the others,
+    # so that clipping is active in one replica only
+    probe = _learner(**settings)
+    norms = [_reference_update(*ref, batches[0], k, probe.config)[0] for k, ref in enumerate(_references(probe, lr))]
+    ranked = sorted(norms)
+    learner = _learner(**settings, max_grad_norm=(ranked[-1] + ranked[-2]) / 2)
+    refs = _references(learner, lr)
+    for step, batch in enumerate(batches):
+        norms, ref_grads = zip(*(_reference_update(*refs[k], batch, k, learner.config) for k in range(k_replicas)))
+        learner.update(batch)
+        if step == 0:
+            assert sum(n > learner.config.agent.max_grad_norm for n in norms) == 1  # clipping in one replica only
+        torch.testing.assert_close(learner.last_grad_norm, torch.tensor(norms), rtol=1e-5, atol=1e-6)
+        for k, (net, _, opt) in enumerate(refs):
+            for p, s, g in zip(net.parameters(), learner.net.parameters(), ref_grads[k]):
+                torch.testing.assert_close(s.grad[k], g, rtol=1e-5, atol=1e-6)  # gradients (after clipping)
+                torch.testing.assert_close(s.detach()[k], p.detach(), rtol=1e-5, atol=1e-6)  # parameters
+                mine, theirs = learner.optimizer.state[s], opt.state[p]
+                for key in ("exp_avg", "exp_avg_sq"):
+                    torch.testing.assert_close(mine[key][k], theirs[key], rtol=1e-5, atol=1e-7)  # Adam state
+
+
+def test_per_replica_clipping_matches_clip_grad_norm():
+    grads = [torch.randn(3, 4, 5), torch.randn(3, 4)]
+    expected = []
+    for k in range(3):
+        gs = [g[k].clone().requires_grad_(False) for g in grads]
+        params = [torch.nn.Parameter(torch.zeros_like(g)) for g in gs]
+        for p, g in zip(params, gs):
+            p.grad = g
+        norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+        expected.append((float(norm), [p.grad for p in params]))
+    norms = clip_per_replica_(grads, 1.0)
+    for k, (norm, gs) in enumerate(expected):
+        assert float(norms[k]) == pytest.approx(norm, rel=1e-6)
+        for g, e in zip(grads, gs):
+            torch.testing.assert_close(g[k], e)
+
+
+def test_a_frozen_replica_never_moves_and_its_nan_reaches_no_other_replica():
+    poisoned = _learner(replicas=3, hidden_sizes=(16,), lr=1e-2)
+    clean = _learner(replicas=3, hidden_sizes=(16,), lr=1e-2)
+    rng_a, rng_b = np.random.default_rng(5), np.random.default_rng(5)
+    for _ in range(2):
+        poisoned.update(_batch(rng_a, replicas=3))
+        clean.update(_batch(rng_b, replicas=3))
+    with torch.no_grad():
+        for p in poisoned.net.parameters():
+            p[1].fill_(float("nan"))
+    poisoned.freeze(1)
+    frozen = [p.detach()[1].clone() for p in poisoned.net.parameters()]
+    for _ in range(5):
+        poisoned.update(_batch(rng_a, replicas=3))
+        clean.update(_batch(rng_b, replicas=3))
+    for p, c in zip(poisoned.net.parameters(), clean.net.parameters()):
+        for k in (0, 2):
+            assert torch.equal(p.detach()[k], c.detach()[k])  # the others: bit for bit as without the poison
+            for key in ("exp_avg", "exp_avg_sq"):
+                assert torch.equal(poisoned.optimizer.state[p][key][k], clean.optimizer.state[c][key][k])
+    for p, f in zip(poisoned.net.parameters(), frozen):
+        assert torch.isnan(p.detach()[1]).all() and torch.isnan(f).all()  # frozen as it was: untouched NaN
 
 
 def test_hard_target_copy_happens_every_target_period_updates():
@@ -50,18 +173,10 @@ def test_hard_target_copy_happens_every_target_period_updates():
     assert learner.target_updates == 1
 
 
-def test_polyak_maths():
-    a, b = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
-    ta, tb = _params(a), _params(b)
-    polyak_(a, b, 0.25)
-    for new, old_t, online in zip(_params(a), ta, tb):
-        torch.testing.assert_close(new, 0.25 * online + 0.75 * old_t)
-
-
 def test_polyak_mode_moves_the_target_after_every_update():
-    learner = _learner(target_update="polyak", tau=0.5)
+    learner = _learner(target_update="polyak", tau=0.5, replicas=2)
     before = _params(learner.target)
-    learner.update(_batch(np.random.default_rng(0)))
+    learner.update(_batch(np.random.default_rng(0), replicas=2))
     expected = [0.5 * o + 0.5 * t for o, t in zip(_params(learner.net), before)]
     for got, want in zip(_params(learner.target), expected):
         torch.testing.assert_close(got, want)
@@ -70,53 +185,53 @@ def test_polyak_mode_moves_the_target_after_every_update():
 def _prime(learner, steps=3):
     rng = np.random.default_rng(1)
     for _ in range(steps):
-        learner.update(_batch(rng))
+        learner.update(_batch(rng, replicas=learner.replicas))
 
 
 @pytest.mark.parametrize("mode", ["head", "full", "shrink_perturb"])
 def test_each_reset_mode_changes_exactly_what_it_says_and_clears_that_optimizer_state(mode):
-    learner = _learner(reset=mode, reset_every=10_000, shrink_alpha=0.5)
+    learner = _learner(reset=mode, reset_every=10_000, shrink_alpha=0.5, replicas=2)
     _prime(learner)
-    names = [n for n, _ in learner.net.named_parameters()]
-    before = dict(zip(names, _params(learner.net)))
-    touched = {id(p) for p in learner.reset_parameters(mode)}
+    before = {n: p.detach().clone() for n, p in learner.net.named().items()}
+    touched = set(learner.reset_names(mode))
     learner.reset(mode)
-    after = dict(learner.net.named_parameters())
-    for name, p in after.items():
-        changed = not torch.equal(before[name], p.detach())
-        is_touched = id(p) in touched
-        assert changed == is_touched, f"{mode}: {name} changed={changed}"
-        assert (p in learner.optimizer.state) == (not is_touched), f"{mode}: optimizer state of {name}"
+    for name, p in learner.net.named().items():
+        for k in range(2):
+            changed = not torch.equal(before[name][k], p.detach()[k])
+            assert changed == (name in touched), f"{mode}: {name} replica {k} changed={changed}"
+        assert (p in learner.optimizer.state) == (name not in touched), f"{mode}: optimizer state of {name}"
+        if name in touched:
+            assert torch.equal(p.detach(), learner.target.named()[name])
     if mode == "head":
-        assert {n for n, p in after.items() if id(p) in touched} == {"head.weight", "head.bias"}
-    for p, tp in zip(learner.net.parameters(), learner.target.parameters()):
-        if id(p) in touched:
-            assert torch.equal(p, tp)
-
-
-def test_shrink_perturb_interpolates_towards_a_fresh_init():
-    learner = _learner(reset="shrink_perturb", reset_every=10_000, shrink_alpha=1.0)
-    _prime(learner)
-    before = _params(learner.net)
-    learner.reset("shrink_perturb")  # alpha = 1 keeps the weights exactly
-    assert all(torch.equal(a, b) for a, b in zip(before, _params(learner.net)))
+        assert touched == {"head.weight", "head.bias"}
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.3, 0.8])
-def test_shrink_perturb_is_alpha_theta_plus_one_minus_alpha_fresh(alpha):
-    learner = _learner(reset="shrink_perturb", reset_every=10_000, shrink_alpha=alpha)
+def test_shrink_perturb_is_alpha_theta_plus_one_minus_alpha_fresh_from_each_replicas_generator(alpha):
+    learner = _learner(reset="shrink_perturb", reset_every=10_000, shrink_alpha=alpha, replicas=2)
     _prime(learner)
     before = _params(learner.net)
-    state = learner._gen.get_state()  # the fresh draw the reset will make, drawn here first
-    fresh = _params(learner._fresh_net())
-    learner._gen.set_state(state)
+    states = [g.get_state() for g in learner._gens]  # the fresh draws the reset will make, drawn here first
+    fresh = [_params(learner._fresh_net(k)) for k in range(2)]
+    for g, s in zip(learner._gens, states):
+        g.set_state(s)
     learner.reset("shrink_perturb")
     after = _params(learner.net)
     assert not all(torch.equal(a, b) for a, b in zip(before, after))
-    for b, f, a, t in zip(before, fresh, after, learner.target.parameters()):
-        torch.testing.assert_close(a, alpha * b + (1 - alpha) * f)
+    for i, (b, a, t) in enumerate(zip(before, after, learner.target.parameters())):
+        for k in range(2):
+            torch.testing.assert_close(a[k], alpha * b[k] + (1 - alpha) * fresh[k][i])
         torch.testing.assert_close(t.detach(), a)  # the target takes the same values
     assert all(not learner.optimizer.state.get(p) for p in learner.net.parameters())  # Adam state cleared
+    assert not torch.equal(fresh[0][0], fresh[1][0])  # each replica draws from its own generator
+
+
+def test_shrink_perturb_with_alpha_1_keeps_the_weights():
+    learner = _learner(reset="shrink_perturb", reset_every=10_000, shrink_alpha=1.0)
+    _prime(learner)
+    before = _params(learner.net)
+    learner.reset("shrink_perturb")
+    assert all(torch.equal(a, b) for a, b in zip(before, _params(learner.net)))
 
 
 def test_reset_runs_on_schedule_in_updates():
@@ -125,10 +240,18 @@ def test_reset_runs_on_schedule_in_updates():
     assert learner.resets == 2
 
 
+def test_replica_k_starts_from_the_weights_a_one_replica_run_with_seed_plus_k_draws():
+    three = _learner(replicas=3, seed=10)
+    for k in range(3):
+        one = _learner(seed=10 + k)
+        for a, b in zip(three.net.parameters(), one.net.parameters()):
+            assert torch.equal(a.detach()[k], b.detach()[0])
+
+
 def test_update_reduces_td_loss_on_a_fixed_batch():
     learner = _learner(lr=1e-2, target_period=10_000)
     batch = _batch(np.random.default_rng(3))
-    first = learner.update(batch, want_stats=True)["td_loss_last"]
+    first = learner.update(batch, want_stats=True)[0]["td_loss_last"]
     for _ in range(100):
-        last = learner.update(batch, want_stats=True)["td_loss_last"]
+        last = learner.update(batch, want_stats=True)[0]["td_loss_last"]
     assert last < first * 0.5

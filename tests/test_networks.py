@@ -2,22 +2,46 @@ import numpy as np
 import pytest
 import torch
 
-from dqnlab.agent.networks import QNetwork, flatten_into
+from dqnlab.agent.networks import QNetwork, StackedQ, flatten_into
 from dqnlab.agent.policy import NumpyQ, ParamLayout
+
+
+def _nets(k: int, layer_norm: bool) -> list[QNetwork]:
+    torch.manual_seed(0)
+    nets = [QNetwork(4, 3, (32, 16), layer_norm) for _ in range(k)]
+    for net in nets:  # non-trivial LayerNorm affine parameters
+        for norm in net.norms if layer_norm else []:
+            torch.nn.init.normal_(norm.weight)
+            torch.nn.init.normal_(norm.bias)
+    return nets
 
 
 @pytest.mark.parametrize("layer_norm", [False, True])
 def test_numpy_twin_computes_the_same_q_values_as_torch(layer_norm):
-    torch.manual_seed(0)
-    net = QNetwork(4, 3, (32, 16), layer_norm)
+    (net,) = _nets(1, layer_norm)
     layout = ParamLayout.of(net)
     twin = NumpyQ(layout, 2, layer_norm)
-    flatten_into(net, twin.params)
-    obs = np.random.default_rng(0).standard_normal((10, 4)).astype(np.float32)
-    expected = net(torch.from_numpy(obs)).detach().numpy()
-    np.testing.assert_allclose(twin.q_values(obs), expected, rtol=1e-5, atol=1e-5)
+    flatten_into(StackedQ.stack([net]), twin.params)
+    obs = np.random.default_rng(0).standard_normal((1, 10, 4)).astype(np.float32)
+    expected = net(torch.from_numpy(obs[0])).detach().numpy()
+    np.testing.assert_allclose(twin.q_values(obs)[0], expected, rtol=1e-5, atol=1e-5)
     for row in range(3):  # the batch-1 fast path agrees too
-        np.testing.assert_allclose(twin.q_values(obs[row : row + 1]), expected[row : row + 1], rtol=1e-5, atol=1e-5)
+        one = twin.q_values(obs[:, row : row + 1])[0]
+        np.testing.assert_allclose(one, expected[row : row + 1], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("layer_norm", [False, True])
+def test_numpy_twin_of_k_replicas_computes_each_replicas_network(layer_norm):
+    nets = _nets(4, layer_norm)
+    stacked = StackedQ.stack(nets)
+    twin = NumpyQ(stacked.layout(), 2, layer_norm, replicas=4)
+    flatten_into(stacked, twin.params)
+    obs = np.random.default_rng(1).standard_normal((4, 3, 4)).astype(np.float32)
+    q = twin.q_values(obs)
+    for k, net in enumerate(nets):
+        expected = net(torch.from_numpy(obs[k])).detach().numpy()
+        np.testing.assert_allclose(q[k], expected, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(twin.replica(k).q_values(obs[k]), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_layer_norm_present_iff_on():

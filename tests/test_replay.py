@@ -9,20 +9,25 @@ from dqnlab.engine.replay import GO, STOP, WAIT, SharedReplay
 from dqnlab.engine.shared import SharedArena
 
 
-def _make(capacity: int, workers: int, total: int, utd: float = 1.0, strict: bool = False) -> SharedReplay:
+def _make(capacity: int, workers: int, total: int, utd: float = 1.0, strict: bool = False,
+          replicas: int = 1) -> SharedReplay:  # fmt: skip
     arena = SharedArena()
     limiter = RateLimiter(utd=utd, learning_starts=0, slack=1.0, strict=strict)
-    replay = SharedReplay(arena, mp.get_context("fork").Lock(), capacity, 2, workers, limiter, total)
+    replay = SharedReplay(arena, mp.get_context("fork").Lock(), capacity, 2, workers, limiter, total, replicas)
     arena.allocate()
     replay.bind()
     return replay
 
 
 def _commit(replay: SharedReplay, worker: int, n: int, version: int = 0) -> int:
-    obs = np.full((n, 2), worker, dtype=np.float32)
-    z = np.zeros(n, dtype=bool)
-    return replay.commit(worker, obs, np.zeros(n, np.int64), np.ones(n, np.float32), obs, z, z,
-                         np.zeros(n, np.int64), version, [], claim_next=n)  # fmt: skip
+    """One actor step of ``n`` envs per replica; replica k's observations hold (worker, k)."""
+    k = replay.replicas
+    obs = np.empty((k, n, 2), dtype=np.float32)
+    obs[..., 0] = worker
+    obs[..., 1] = np.arange(k)[:, None]
+    z = np.zeros((k, n), dtype=bool)
+    return replay.commit(worker, obs, np.zeros((k, n), np.int64), np.ones((k, n), np.float32), obs, z, z,
+                         np.zeros((k, n), np.int64), version, [], claim_next=n)  # fmt: skip
 
 
 def _writer(replay: SharedReplay, worker: int, n: int) -> None:
@@ -54,13 +59,13 @@ def test_concurrent_writers_lose_and_duplicate_nothing(leak_guard):
     np.testing.assert_array_equal(produced, replay.resident())
     # each slot's payload belongs to the worker recorded for it
     workers_col = replay.resident_column("worker")
-    np.testing.assert_array_equal(replay.resident_column("obs")[:, 0], workers_col)
+    np.testing.assert_array_equal(replay.resident_column("obs")[:, 0, 0], workers_col)
     np.testing.assert_array_equal(np.bincount(workers_col, minlength=workers), produced)
 
 
 def test_concurrent_writers_while_the_ring_wraps_keep_the_newest_and_exact_counts(leak_guard):
-    total, workers, capacity = 9000, 3, 1000  # the ring wraps 9 times under three writers
-    replay = _make(capacity=capacity, workers=workers, total=total)
+    total, workers, capacity = 9000, 3, 1000  # the ring wraps 9 times under three writers, two replicas
+    replay = _make(capacity=capacity, workers=workers, total=total, replicas=2)
     _run_writers(replay, workers, 3)
     assert replay.env_steps == total and replay.produced().sum() == total
     # exactly the newest `capacity` transitions are resident, each once, in slot seq % capacity
@@ -69,7 +74,10 @@ def test_concurrent_writers_while_the_ring_wraps_keep_the_newest_and_exact_count
     np.testing.assert_array_equal(seqs % capacity, np.arange(capacity))
     workers_col = replay.resident_column("worker")
     np.testing.assert_array_equal(replay.resident(), np.bincount(workers_col, minlength=workers))
-    np.testing.assert_array_equal(replay.resident_column("obs")[:, 0], workers_col)  # no torn payload
+    obs = replay.resident_column("obs")
+    for k in range(2):  # no torn payload: every replica's row holds its own (worker, replica)
+        np.testing.assert_array_equal(obs[:, k, 0], workers_col)
+        np.testing.assert_array_equal(obs[:, k, 1], k)
     assert (replay.resident() >= 0).all()
 
 
@@ -108,11 +116,30 @@ def test_uniform_sampling_counts_draws_per_worker():
     _commit(replay, 0, 300)
     replay.claim(100)
     _commit(replay, 1, 100)
-    rng = np.random.default_rng(0)
+    rngs = [np.random.default_rng(0)]
     for _ in range(200):
-        replay.sample(rng, 64)
-    share = replay.sampled / replay.sampled.sum()
+        replay.sample(rngs, 64)
+    share = replay.sampled[0] / replay.sampled[0].sum()
     assert abs(share[0] - 0.75) < 0.02
+
+
+def test_each_replica_samples_its_own_transitions_with_its_own_generator():
+    replay = _make(capacity=1000, workers=2, total=1000, replicas=3)
+    for w in (0, 1):
+        replay.claim(200)
+        _commit(replay, w, 200)
+    rngs = [np.random.default_rng(k) for k in range(3)]
+    batch = replay.sample(rngs, 64)
+    assert batch.obs.shape == (3, 64, 2) and batch.worker.shape == (3, 64)
+    np.testing.assert_array_equal(batch.obs[..., 1], np.arange(3)[:, None].repeat(64, 1))  # replica k's own rows
+    np.testing.assert_array_equal(batch.obs[..., 0], batch.worker)  # tags match the rows drawn
+    again = _make(capacity=1000, workers=2, total=1000, replicas=1)
+    for w in (0, 1):
+        again.claim(200)
+        _commit(again, w, 200)
+    alone = again.sample([np.random.default_rng(2)], 64)  # replica 2's generator, in a one-replica replay
+    np.testing.assert_array_equal(alone.seq[0], batch.seq[2])  # the same draws
+    assert replay.sampled.shape == (3, 2) and (replay.sampled.sum(axis=1) == 64).all()
 
 
 def test_wait_backoff_stays_bounded_for_long_waits():

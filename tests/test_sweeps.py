@@ -114,8 +114,29 @@ def test_two_processes_on_one_fresh_study_run_every_point_once(tmp_path):
     assert sum(r.data.tags.get("dqnlab.role") == "parent" for r in runs) == 1
 
 
+def test_seeds_are_replicas_one_child_run_per_seed_and_one_row_per_seed_in_analysis(tmp_path):
+    res = run_utd(tmp_path, "--seeds", "3")
+    assert res.returncode == 0, res.stderr[-3000:]
+    client, runs = mlflow_runs(tmp_path)
+    trials = [r for r in runs if r.data.tags.get("dqnlab.role") == "trial"]
+    by_trial: dict[str, list[int]] = {}
+    for r in trials:
+        by_trial.setdefault(r.data.tags["trial_number"], []).append(int(r.data.params["seed"]))
+        assert r.data.params["replicas"] == "1" and r.info.status == "FINISHED"  # a replica is a run
+    assert len(by_trial) == 2 and all(sorted(seeds) == [0, 1, 2] for seeds in by_trial.values())
+    import optuna
+
+    study = optuna.load_study(study_name="utd-smoke", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    for t in study.trials:  # the trial's value is the IQM over its seeds, each seed's value kept
+        assert set(t.user_attrs["seed_values"]) == {"0", "1", "2"}
+    from analysis.load import load
+
+    table, _ = load(f"sqlite:///{tmp_path / 'mlflow.db'}", "utd", "utd-smoke")
+    assert len(table) == 6 and table.groupby("utd")["seed"].apply(sorted).tolist() == [[0, 1, 2], [0, 1, 2]]
+
+
 def test_sigkill_mid_trial_then_rerun_completes_every_point_exactly_once(tmp_path):
-    slow = ["--axis", "utd=1,2", "--total-steps", "6000", "--heartbeat-s", "1", "--grace-s", "2"]
+    slow = ["--axis", "utd=1,2", "--total-steps", "6000", "--heartbeat-s", "1", "--grace-s", "2", "--seeds", "2"]
     proc = subprocess.Popen([*UTD, *TINY, "--results", str(tmp_path), *slow], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     deadline = time.monotonic() + 120
@@ -142,12 +163,12 @@ def test_sigkill_mid_trial_then_rerun_completes_every_point_exactly_once(tmp_pat
     assert "FAIL" in states  # the killed trial is kept, marked failed
     _, runs = mlflow_runs(tmp_path)
     trial_runs = [r for r in runs if r.data.tags.get("dqnlab.role") == "trial"]
-    assert sorted(r.info.status for r in trial_runs) == ["FINISHED", "FINISHED", "KILLED"]
-    # the analysis counts the killed-and-rerun point once, with its finished run
+    assert sorted(r.info.status for r in trial_runs) == ["FINISHED"] * 4 + ["KILLED"] * 2  # 2 seeds per trial
+    # the analysis counts each seed of the killed-and-rerun point once, with its finished run
     from analysis.load import load
 
     table, histories = load(f"sqlite:///{tmp_path / 'mlflow.db'}", "utd", "utd-smoke")
-    assert len(table) == 2 and table["grid_point"].is_unique
+    assert len(table) == 4 and not table.duplicated(["grid_point", "seed"]).any()
     assert set(table["mlflow_status"]) == {"FINISHED"}
     assert set(histories["run_id"]) == set(table["run_id"])
 
@@ -204,7 +225,7 @@ def test_a_configuration_this_machine_refuses_fails_its_trial_and_the_sweep_goes
     failed = [t for t in study.trials if t.state.name == "FAIL"][0]
     assert "configuration refused on" in failed.user_attrs["error"] and "device: got 'cuda'" in failed.user_attrs["error"]
     client, _ = _client(tmp_path, "refuse")
-    run = client.get_run(failed.user_attrs["mlflow_run_id"])
+    run = client.get_run(failed.user_attrs["mlflow_run_ids"][0])
     assert run.info.status == "FAILED" and "device" in run.data.tags["error"]
 
 

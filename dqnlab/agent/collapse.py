@@ -1,5 +1,5 @@
-"""Collapse signs of the online network, measured on the fixed probe batch, and the divergence
-decision the learner loop takes from them (its own step: logging only reports it)."""
+"""Collapse signs of each replica's online network, measured on its fixed probe batch, and the
+divergence decision the learner loop takes from them (its own step: logging only reports it)."""
 
 from __future__ import annotations
 
@@ -34,22 +34,28 @@ def parameters_finite(flat: np.ndarray) -> bool:
     return bool(np.isfinite(flat).all())
 
 
-def collapse_signs(learner, probe: torch.Tensor | None, reward_bound: float, gamma: float) -> CollapseSigns:
-    """Parameter norm, probe max |Q| against ``R_max / (1 - gamma)``, divergence flags, srank of the
-    penultimate features and dormant fractions. srank and dormant units are skipped once the network
-    has hard-diverged (they are meaningless on NaN)."""
-    m: dict[str, float] = {PARAM_NORM: learner.param_norm()}
-    hard = not math.isfinite(m[PARAM_NORM])
-    if probe is not None:
-        q, acts = learner.probe(probe)
-        q_abs_max = float(q.abs().max())
-        bound = q_bound(reward_bound, gamma)
+def collapse_signs(learner, probe: torch.Tensor | None, reward_bounds: list[float], gamma: float) -> list[CollapseSigns]:
+    """Per replica: parameter norm, probe max |Q| against ``R_max / (1 - gamma)`` (``reward_bounds[k]``
+    is replica k's R_max), divergence flags, srank of the penultimate features and dormant fractions
+    (skipped once the replica has hard-diverged: they are meaningless on NaN). ``probe``:
+    ``(K, P, obs_dim)``."""
+    norms = learner.param_norm()
+    out = [CollapseSigns(not math.isfinite(n), {PARAM_NORM: n}) for n in norms]
+    if probe is None:
+        for signs in out:
+            signs.metrics[HARD_DIVERGENCE] = float(signs.hard_divergence)
+        return out
+    q, acts = learner.probe(probe)
+    for k, signs in enumerate(out):
+        bound = q_bound(reward_bounds[k], gamma)
+        q_abs_max = float(q[k].abs().max())
         soft, hard_q = divergence_flags(q_abs_max, bound)
-        hard = hard or hard_q
+        signs.hard_divergence = signs.hard_divergence or hard_q
+        m = signs.metrics
         m.update({Q_PROBE_ABS_MAX: q_abs_max, Q_BOUND: bound, SOFT_DIVERGENCE: float(soft)})
-        if not hard:
-            m[SRANK] = float(srank(acts[-1]))
-            m.update(dormant_fractions(acts))
+        if not signs.hard_divergence:
+            m[SRANK] = float(srank(acts[-1][k]))
+            m.update(dormant_fractions([a[k] for a in acts]))
             m[DORMANT_FRAC] = m[DORMANT[0.1]]
-    m[HARD_DIVERGENCE] = float(hard)
-    return CollapseSigns(hard, m)
+        m[HARD_DIVERGENCE] = float(signs.hard_divergence)
+    return out

@@ -67,7 +67,11 @@ def epsilon_for(config: Config, worker: int, env_steps: int) -> float:
 
 
 class Actor:
-    """One worker: ``envs_per_worker`` envs, epsilon-greedy on a local parameter copy."""
+    """One worker: ``envs_per_worker`` envs per replica, epsilon-greedy on a local parameter copy.
+
+    Replica k's envs, exploration draws and random actions come from its own generator
+    ``default_rng([seed + k, worker])``, used in the same order as by a one-replica run with seed
+    ``seed + k``: so replica k makes exactly that run's transitions (tested in serial mode)."""
 
     def __init__(
         self,
@@ -88,24 +92,28 @@ class Actor:
         self.health_check = health_check
         self.step_delay_s = step_delay_s  # fault/slowness injection for tests and benchmarks
         self.n = config.env.envs_per_worker
-        self.rng = np.random.default_rng([config.run.seed, worker])
+        self.k = config.run.replicas
+        self.rngs = [np.random.default_rng([config.run.seed + r, worker]) for r in range(self.k)]
         # the passive checker costs ~15% of a cheap env's step; TimeLimit (truncation) stays
-        self.envs = [gym.make(config.env.env_id, disable_env_checker=True) for _ in range(self.n)]
-        seeds = self.rng.integers(0, 2**31 - 1, size=self.n)
-        self.obs = np.stack(
-            [np.asarray(env.reset(seed=int(s))[0], dtype=np.float32).reshape(-1) for env, s in zip(self.envs, seeds)]
-        )
-        self.policy = NumpyQ(layout, len(config.network.hidden_sizes), config.network.layer_norm)
+        self.envs = [[gym.make(config.env.env_id, disable_env_checker=True) for _ in range(self.n)]
+                     for _ in range(self.k)]  # fmt: skip
+        first = []
+        for rng, envs in zip(self.rngs, self.envs):
+            seeds = rng.integers(0, 2**31 - 1, size=self.n)
+            first.append([np.asarray(env.reset(seed=int(s))[0], dtype=np.float32).reshape(-1)
+                          for env, s in zip(envs, seeds)])  # fmt: skip
+        self.obs = np.array(first, dtype=np.float32)  # (K, n, obs_dim)
+        self.policy = NumpyQ(layout, len(config.network.hidden_sizes), config.network.layer_norm, self.k)
         self.version = -1
         self._since_sync = config.run.sync_every  # pull before the first step
-        self._episode = np.arange(self.n, dtype=np.int64)
-        self._next_episode = self.n
-        self._ep_return = np.zeros(self.n)
-        self._ep_length = np.zeros(self.n, dtype=np.int64)
+        self._episode = np.tile(np.arange(self.n, dtype=np.int64), (self.k, 1))
+        self._next_episode = np.full(self.k, self.n, dtype=np.int64)
+        self._ep_return = np.zeros((self.k, self.n))
+        self._ep_length = np.zeros((self.k, self.n), dtype=np.int64)
         self._claimed = False
-        self._u = np.empty(0)
+        self._u = np.empty((self.k, 0))
         self._u_pos = 0
-        self._num_actions = int(self.envs[0].action_space.n)
+        self._num_actions = int(self.envs[0][0].action_space.n)
 
     def sync(self) -> None:
         if self.health_check is not None:  # an orphaned actor notices here even when never blocked
@@ -115,23 +123,25 @@ class Actor:
         self._since_sync = 0
 
     def _uniforms(self) -> np.ndarray:
-        """``n`` U[0,1) draws from a pre-drawn block (one RNG call per 4096 steps)."""
-        if self._u_pos + self.n > len(self._u):
-            self._u = self.rng.random(max(4096, self.n))
+        """``(K, n)`` U[0,1) draws from pre-drawn blocks (one call per replica's generator every 4096 steps)."""
+        if self._u_pos + self.n > self._u.shape[1]:
+            self._u = np.stack([rng.random(max(4096, self.n)) for rng in self.rngs])
             self._u_pos = 0
-        u = self._u[self._u_pos : self._u_pos + self.n]
+        u = self._u[:, self._u_pos : self._u_pos + self.n]
         self._u_pos += self.n
         return u
 
     def act(self, obs: np.ndarray, epsilon: float) -> np.ndarray:
-        actions = self.policy.q_values(obs).argmax(axis=1)
+        """Epsilon-greedy actions ``(K, n)`` for observations ``(K, n, obs_dim)``."""
+        actions = self.policy.q_values(obs).argmax(axis=-1)
         explore = self._uniforms() < epsilon
         if explore.any():
-            actions[explore] = self.rng.integers(0, self._num_actions, size=int(explore.sum()))
+            for r in np.flatnonzero(explore.any(axis=1)):
+                actions[r, explore[r]] = self.rngs[r].integers(0, self._num_actions, size=int(explore[r].sum()))
         return actions
 
     def try_step(self) -> int:
-        """One vector step if the limiter allows: returns GO when stepped, else WAIT or STOP."""
+        """One vector step of every replica if the limiter allows: GO when stepped, else WAIT or STOP."""
         self.board.heartbeat[self.worker] = time.monotonic()
         if not self._claimed:
             code = self.replay.claim(self.n, self.health_check)
@@ -144,29 +154,31 @@ class Actor:
         self.board.epsilon[self.worker] = epsilon
         obs = self.obs
         actions = self.act(obs, epsilon)
+        shape = (self.k, self.n)
         next_obs = np.empty_like(obs)
-        rewards = np.empty(self.n, dtype=np.float32)
-        terminated = np.empty(self.n, dtype=np.bool_)
-        truncated = np.empty(self.n, dtype=np.bool_)
+        rewards = np.empty(shape, dtype=np.float32)
+        terminated = np.empty(shape, dtype=np.bool_)
+        truncated = np.empty(shape, dtype=np.bool_)
         finished = []
         episode = self._episode.copy()
         new_obs = obs.copy()
-        for i, env in enumerate(self.envs):
-            o, r, term, trunc, _ = env.step(int(actions[i]))
-            next_obs[i] = o
-            rewards[i] = r
-            terminated[i] = term
-            truncated[i] = trunc
-            self._ep_return[i] += r
-            self._ep_length[i] += 1
-            if term or trunc:
-                finished.append((float(self._ep_return[i]), int(self._ep_length[i])))
-                self._ep_return[i] = 0.0
-                self._ep_length[i] = 0
-                self._episode[i] = self._next_episode
-                self._next_episode += 1
-                o, _ = env.reset()
-            new_obs[i] = o
+        for r, envs in enumerate(self.envs):
+            for i, env in enumerate(envs):
+                o, rew, term, trunc, _ = env.step(int(actions[r, i]))
+                next_obs[r, i] = o
+                rewards[r, i] = rew
+                terminated[r, i] = term
+                truncated[r, i] = trunc
+                self._ep_return[r, i] += rew
+                self._ep_length[r, i] += 1
+                if term or trunc:
+                    finished.append((r, float(self._ep_return[r, i]), int(self._ep_length[r, i])))
+                    self._ep_return[r, i] = 0.0
+                    self._ep_length[r, i] = 0
+                    self._episode[r, i] = self._next_episode[r]
+                    self._next_episode[r] += 1
+                    o, _ = env.reset()
+                new_obs[r, i] = o
         if self.step_delay_s:
             time.sleep(self.step_delay_s)
         code = self.replay.commit(
@@ -179,8 +191,9 @@ class Actor:
         return GO
 
     def close(self) -> None:
-        for env in self.envs:
-            env.close()
+        for envs in self.envs:
+            for env in envs:
+                env.close()
 
 
 def actor_main(worker: int, config: Config, replay, weights, layout, board: ActorBoard, step_delay_s: float) -> None:

@@ -27,6 +27,7 @@ class EngineParts:
     limiter: RateLimiter
     learner: Learner
     layout: ParamLayout
+    """One replica's parameter layout; the broadcast holds ``replicas`` such vectors back to back."""
     replay: SharedReplay
     weights: WeightBroadcast
     board: ActorBoard
@@ -49,11 +50,11 @@ def build(config: Config, obs_dim: int, num_actions: int, delays: dict[int, floa
     c, r, a = config, config.run, config.agent
     limiter = RateLimiter(a.utd, r.learning_starts, r.limiter_slack, r.limiter == "strict").for_budget(r.total_env_steps)
     learner = Learner(config, obs_dim, num_actions, r.device)
-    layout = ParamLayout.of(learner.net)
+    layout = learner.net.layout()
     arena = SharedArena()
     replay = SharedReplay(arena, mp.get_context("fork").Lock(), a.buffer_capacity, obs_dim, c.env.num_workers, limiter,
-                          r.total_env_steps)  # fmt: skip
-    weights = WeightBroadcast(arena, layout.size)
+                          r.total_env_steps, r.replicas)  # fmt: skip
+    weights = WeightBroadcast(arena, r.replicas * layout.size)
     board = ActorBoard(arena, c.env.num_workers)
     arena.allocate()
     replay.bind()

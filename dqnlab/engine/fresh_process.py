@@ -4,9 +4,9 @@ A sweep process runs Optuna's heartbeat thread (and MLflow's imports start a nat
 thread); a ``fork`` there copies locks another thread may hold. So the sweep never runs the engine
 itself: for each trial it starts ``python -m dqnlab.engine.fresh_process`` (``subprocess``: fork + exec,
 safe from a threaded parent). That process imports the engine only (no Optuna, no MLflow: ~1.6 s
-here), runs :func:`dqnlab.run.train`, and streams the callbacks' events (``on_start``, ``on_log``,
+here), runs :func:`dqnlab.engine.train`, and streams the callbacks' events (``on_start``, ``on_log``,
 ``on_end``, ``on_progress``) and the outcome back over a pipe; the sweep process feeds them to its
-MLflow tracker. :func:`dqnlab.run.train` uses the same path whenever it is called from a process
+MLflow tracker. :func:`dqnlab.engine.train` uses the same path whenever it is called from a process
 with other threads.
 
 Signals: Ctrl-C or SIGTERM of the sweep is passed on to the trial process (directly by the terminal
@@ -41,7 +41,7 @@ class TrialRequest:
     """The gymnasium EnvSpec of ``config.env.env_id``: re-registered in the trial process when
     missing there, so envs registered by the caller (tests, user modules) work too."""
     step_delay_s: dict[int, float] | None = None
-    """Per-worker injected step delay (tests), as :func:`dqnlab.run.train` takes it."""
+    """Per-worker injected step delay (tests), as :func:`dqnlab.engine.train` takes it."""
 
 
 @dataclass
@@ -159,8 +159,8 @@ class _Forward:
     def on_start(self, config: Any) -> None:
         self._send("on_start", (config,))
 
-    def on_log(self, metrics: dict[str, float]) -> None:
-        self._send("on_log", (metrics,))
+    def on_log(self, replica: int, metrics: dict[str, float]) -> None:
+        self._send("on_log", (replica, metrics))
 
     def on_progress(self, env_steps: int, updates: int, total_env_steps: int, elapsed_s: float) -> None:
         self._send("on_progress", (env_steps, updates, total_env_steps, elapsed_s))

@@ -1,7 +1,8 @@
-"""The learner loop: it only schedules. Each turn it takes a gradient update when the limiter allows
-(serial mode: else steps an actor), does housekeeping (worker health, progress), evaluates when due,
-and at each log point records the metrics window and checks the collapse signs; hard divergence
-ends the run as ``diverged``. Every exit path stops every actor.
+"""The learner loop: it only schedules. Each turn it takes a gradient update of every replica when
+the limiter allows (serial mode: else steps an actor), does housekeeping (worker health, progress),
+evaluates when due, and at each log point records the metrics window and checks each replica's
+collapse signs. A replica that hard-diverges is frozen and its history ends there; the run goes on
+while one replica is left, and ends ``diverged`` when none is. Every exit path stops every actor.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dqnlab.agent.collapse import collapse_signs
 from dqnlab.engine.build import EngineParts
 from dqnlab.engine.evaluator import Evaluator
 from dqnlab.engine.replay import GO, STOP, wait_backoff
-from dqnlab.engine.result import RunFailed, RunResult
+from dqnlab.engine.result import ReplicaResult, RunFailed, RunResult
 from dqnlab.engine.window import MetricsWindow
 from dqnlab.metrics import ENV_STEPS
 from dqnlab.signals import sigterm_as_interrupt
@@ -23,6 +24,7 @@ from dqnlab.threads import set_threads
 from dqnlab.tracking.callbacks import CallbackList
 
 HOUSEKEEPING_S = 0.1  # how often the learner checks workers and reports progress
+PROBE_STREAM = 1_000_003  # the learner's sampling generator of replica k: default_rng([seed + k, PROBE_STREAM])
 
 
 class Engine:
@@ -31,10 +33,16 @@ class Engine:
         self.cb = callbacks
         self.window = MetricsWindow(parts)
         self.evaluator = Evaluator(parts.config, parts.layout)
-        self.rng = np.random.default_rng([parts.config.run.seed, 1_000_003])  # the learner's sampling stream
-        self.history: list[dict[str, float]] = []
+        r = parts.config.run
+        self.rngs = [np.random.default_rng([r.seed + k, PROBE_STREAM]) for k in range(r.replicas)]
+        self.histories: list[list[dict[str, float]]] = [[] for _ in range(r.replicas)]
+        self.diverged: set[int] = set()
         self.probe: torch.Tensor | None = None
         self.t0 = time.monotonic()
+
+    @property
+    def active(self) -> list[int]:
+        return [k for k in range(len(self.histories)) if k not in self.diverged]
 
     # --- lifecycle -----------------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -43,10 +51,9 @@ class Engine:
         self.t0 = time.monotonic()
         self.cb.on_start(self.parts.config)
         prev_threads = set_threads(self.parts.config.run.learner_threads)
-        pool = self.parts.pool
         with sigterm_as_interrupt():
             try:
-                pool.start()
+                self.parts.pool.start()
                 status = self._finish(self._loop())
             except KeyboardInterrupt:
                 self._stop()
@@ -86,15 +93,15 @@ class Engine:
             if limiter.learner_may_update(env_steps, updates):
                 attempt = 0
                 if self.probe is None:
-                    self.probe = torch.from_numpy(replay.sample_obs(self.rng, r.probe_size))
-                batch = replay.sample(self.rng, p.config.agent.batch_size, health)
+                    self.probe = torch.from_numpy(replay.sample_obs(self.rngs, r.probe_size))
+                batch = replay.sample(self.rngs, p.config.agent.batch_size, health)
                 self.window.lag.add(updates - batch.version, batch.insert_updates - batch.version)
                 log_now = (updates + 1) % r.log_every == 0
                 stats = learner.update(batch, want_stats=log_now)
                 replay.set_updates(learner.updates)
                 if learner.updates % r.publish_every == 0:
                     p.publish()
-                if log_now and self._log(stats):
+                if log_now and not self._log(stats):
                     return "diverged"
             elif pool.serial:  # collect with the same actors, under the same limiter
                 code = pool.step_one()
@@ -110,41 +117,55 @@ class Engine:
                     health()
                 self.cb.on_progress(replay.env_steps, learner.updates, total, now - self.t0)
             if self.evaluator.due(replay.env_steps) and not self._evaluate():
-                self._log(None)  # records the hard divergence the evaluation refused to run on
                 return "diverged"
 
     def _finish(self, status: str) -> str:
-        """A last evaluation (unless one was just taken at this env step) and a last log point. A
-        diverged run has logged its divergence already and is not evaluated again."""
+        """A last evaluation (unless one was just taken at this env step) and a last log point of every
+        replica still active. Every replica diverged: nothing is left to evaluate or log."""
         if status == "diverged":
             return status
         if self.evaluator.final_due(self.parts.replay.env_steps) and not self._evaluate():
-            status = "diverged"
-        return "diverged" if self._log(None) else status
+            return "diverged"
+        return "completed" if self._log(None) else "diverged"
 
     # --- records --------------------------------------------------------------------------------
-    def _record(self, m: dict[str, float]) -> None:
-        self.history.append(m)
-        self.cb.on_log(m)
+    def _record(self, replica: int, m: dict[str, float]) -> None:
+        self.histories[replica].append(m)
+        self.cb.on_log(replica, m)
 
     def _evaluate(self) -> bool:
-        """Record one evaluation at its own env step; False (nothing evaluated) on non-finite weights."""
+        """Record one evaluation of every active replica at its own env step. A replica whose weights
+        are not finite is not evaluated: it is frozen, its divergence logged. False if none is left."""
         stamp = self.window.stamp(time.monotonic() - self.t0)
-        metrics = self.evaluator.evaluate(self.parts.learner.net, stamp[ENV_STEPS])
-        if metrics is None:
-            return False
-        self._record({**stamp, **metrics})
+        results = self.evaluator.evaluate(self.parts.learner.net, stamp[ENV_STEPS], self.active)
+        for k, metrics in results.items():
+            if metrics is not None:
+                self._record(k, {**stamp, **metrics})
+        if any(m is None for m in results.values()):
+            return self._log(None)  # records the hard divergence the evaluation refused to run on
         return True
 
-    def _log(self, stats: dict[str, float] | None, read_episodes: bool = True) -> bool:
-        """Record a log point with the collapse signs; returns whether the network hard-diverged."""
+    def _log(self, stats: list[dict[str, float]] | None, read_episodes: bool = True) -> bool:
+        """Record a log point of every active replica with its collapse signs; a replica that has
+        hard-diverged is frozen (this is its last record). Returns whether any replica is left."""
         p = self.parts
-        m = self.window.log_point(time.monotonic() - self.t0, stats, read_episodes)
-        r_max = p.config.env.reward_bound or p.replay.max_abs_reward() or 1.0
-        signs = collapse_signs(p.learner, self.probe, r_max, p.config.agent.gamma)
-        m.update(signs.metrics)
-        self._record(m)
-        return signs.hard_divergence
+        active = self.active
+        points = self.window.log_points(time.monotonic() - self.t0, stats, active, read_episodes)
+        signs = collapse_signs(p.learner, self.probe, self._reward_bounds(), p.config.agent.gamma)
+        for k in active:
+            points[k].update(signs[k].metrics)
+            self._record(k, points[k])
+            if signs[k].hard_divergence:
+                self.diverged.add(k)
+                p.learner.freeze(k)
+        return bool(self.active)
+
+    def _reward_bounds(self) -> list[float]:
+        """Per replica, R_max for soft divergence: the configured bound, else the largest |r| in its replay."""
+        bound = self.parts.config.env.reward_bound
+        if bound:
+            return [bound] * len(self.histories)
+        return [float(x) or 1.0 for x in self.parts.replay.max_abs_reward()]
 
     def _last_words(self) -> None:
         """One more log point on a failure path, so that a crash keeps what the run had measured."""
@@ -154,7 +175,13 @@ class Engine:
             pass
 
     def _result(self, status: str, error: str | None) -> RunResult:
-        final: dict[str, float] = {}  # the latest value of every metric
-        for record in self.history:
-            final.update(record)
-        return RunResult(status, self.parts.config, list(self.history), final, error, time.monotonic() - self.t0)
+        config = self.parts.config
+        replicas = []
+        for k, history in enumerate(self.histories):
+            final: dict[str, float] = {}  # the latest value of every metric
+            for record in history:
+                final.update(record)
+            own = "diverged" if k in self.diverged else status
+            seed_config = config.replace(seed=config.run.seed + k, replicas=1)
+            replicas.append(ReplicaResult(k, own, seed_config, list(history), final))
+        return RunResult(status, config, replicas, error, time.monotonic() - self.t0)

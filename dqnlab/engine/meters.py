@@ -23,36 +23,40 @@ from dqnlab.metrics import (
 
 
 class LagMeter:
-    """Policy lag (learner version at sampling minus acting version) and actor staleness (learner
-    updates between acting version and insertion) of every sampled batch element, in updates."""
+    """Per replica, policy lag (learner version at sampling minus acting version) and actor staleness
+    (learner updates between acting version and insertion) of every sampled batch element, in updates."""
 
-    def __init__(self) -> None:
-        self._win = np.zeros(3)  # lag sum, staleness sum, count
-        self._win_max = 0
-        self._run = np.zeros(3)
-        self._run_max = 0
+    def __init__(self, replicas: int = 1) -> None:
+        self._win = np.zeros((replicas, 3))  # lag sum, staleness sum, count
+        self._win_max = np.zeros(replicas, dtype=np.int64)
+        self._run = np.zeros((replicas, 3))
+        self._run_max = np.zeros(replicas, dtype=np.int64)
 
     def add(self, lag: np.ndarray, staleness: np.ndarray) -> None:
-        sums = (float(lag.sum()), float(staleness.sum()), len(lag))
+        """``lag``, ``staleness``: ``(K, B)``, one row per replica's batch."""
+        sums = np.stack([lag.sum(axis=1), staleness.sum(axis=1), np.full(len(lag), lag.shape[1])], axis=1)
         self._win += sums
         self._run += sums
-        m = int(lag.max())
-        self._win_max = max(self._win_max, m)
-        self._run_max = max(self._run_max, m)
+        m = lag.max(axis=1)
+        np.maximum(self._win_max, m, out=self._win_max)
+        np.maximum(self._run_max, m, out=self._run_max)
 
-    def pop(self) -> dict[str, float]:
-        """Window and run metrics; starts a new window. Empty before the first sample."""
-        out: dict[str, float] = {}
-        if self._win[2]:
-            out[POLICY_LAG_MEAN] = self._win[0] / self._win[2]
-            out[POLICY_LAG_MAX] = float(self._win_max)
-            out[ACTOR_STALENESS_MEAN] = self._win[1] / self._win[2]
-        if self._run[2]:
-            out[POLICY_LAG_RUN_MEAN] = self._run[0] / self._run[2]
-            out[POLICY_LAG_RUN_MAX] = float(self._run_max)
-            out[ACTOR_STALENESS_RUN_MEAN] = self._run[1] / self._run[2]
+    def pop(self) -> list[dict[str, float]]:
+        """Per replica, window and run metrics; starts a new window. Empty before the first sample."""
+        out: list[dict[str, float]] = []
+        for win, win_max, run, run_max in zip(self._win, self._win_max, self._run, self._run_max):
+            m: dict[str, float] = {}
+            if win[2]:
+                m[POLICY_LAG_MEAN] = win[0] / win[2]
+                m[POLICY_LAG_MAX] = float(win_max)
+                m[ACTOR_STALENESS_MEAN] = win[1] / win[2]
+            if run[2]:
+                m[POLICY_LAG_RUN_MEAN] = run[0] / run[2]
+                m[POLICY_LAG_RUN_MAX] = float(run_max)
+                m[ACTOR_STALENESS_RUN_MEAN] = run[1] / run[2]
+            out.append(m)
         self._win[:] = 0.0
-        self._win_max = 0
+        self._win_max[:] = 0
         return out
 
 

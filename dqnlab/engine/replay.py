@@ -5,6 +5,11 @@ accounting (produced, resident, sampled). All writes to the ring and counters ha
 process-shared lock, in :meth:`commit` (actors) and :meth:`sample` (learner reads a consistent
 batch). The update counter has a single writer, the learner (:meth:`set_updates`).
 
+Replicas: every slot holds one transition per replica (a ``(capacity, K, ...)`` layout): the K
+replicas step their own envs in lockstep, so a slot's worker, acting version and sequence number
+are shared, and ``env_steps`` counts env steps per replica. Each replica samples its own batch with
+its own generator (:meth:`sample`), and sampled shares are counted per replica.
+
 Invariants (tested): every committed transition gets a unique global sequence number ``seq`` and
 lands in slot ``seq % capacity``; ``produced[w]`` counts worker ``w``'s committed env steps;
 ``resident[w]`` counts its transitions currently in the ring; ``sum(produced) == env_steps``.
@@ -39,24 +44,26 @@ class SharedReplay:
         num_workers: int,
         limiter: RateLimiter,
         total_env_steps: int,
+        replicas: int = 1,
     ):
         self.capacity = capacity
         self.obs_dim = obs_dim
         self.num_workers = num_workers
         self.limiter = limiter
         self.total_env_steps = total_env_steps
+        self.replicas = replicas
         self._lock = lock
         self._arena = arena
-        c, w = capacity, num_workers
+        c, w, k = capacity, num_workers, replicas
         for name, shape, dtype in [
-            ("obs", (c, obs_dim), np.float32),
-            ("next_obs", (c, obs_dim), np.float32),
-            ("actions", c, np.int64),
-            ("rewards", c, np.float32),
-            ("terminated", c, np.bool_),
-            ("truncated", c, np.bool_),
+            ("obs", (c, k, obs_dim), np.float32),
+            ("next_obs", (c, k, obs_dim), np.float32),
+            ("actions", (c, k), np.int64),
+            ("rewards", (c, k), np.float32),
+            ("terminated", (c, k), np.bool_),
+            ("truncated", (c, k), np.bool_),
             ("worker", c, np.int16),
-            ("episode", c, np.int64),
+            ("episode", (c, k), np.int64),
             ("version", c, np.int64),
             ("seq", c, np.int64),
             ("insert_updates", c, np.int64),  # learner updates when the transition was committed
@@ -64,13 +71,14 @@ class SharedReplay:
             ("produced", w, np.int64),
             ("resident", w, np.int64),
             ("ep_worker", EPISODE_LOG_CAPACITY, np.int32),
+            ("ep_replica", EPISODE_LOG_CAPACITY, np.int32),
             ("ep_return", EPISODE_LOG_CAPACITY, np.float64),
             ("ep_length", EPISODE_LOG_CAPACITY, np.int64),
             ("ep_env_steps", EPISODE_LOG_CAPACITY, np.int64),
             ("ep_count", 1, np.int64),
         ]:
             arena.add(f"replay.{name}", shape, dtype)
-        self.sampled = np.zeros(w, dtype=np.int64)  # learner-local: batch elements drawn per worker
+        self.sampled = np.zeros((k, w), dtype=np.int64)  # learner-local: batch elements drawn, per replica and worker
         self._episodes_read = 0
 
     def bind(self) -> None:
@@ -113,9 +121,10 @@ class SharedReplay:
     def resident(self) -> np.ndarray:
         return self._a["resident"].copy()
 
-    def max_abs_reward(self) -> float:
+    def max_abs_reward(self) -> np.ndarray:
+        """Per replica, the largest |reward| resident (0 before any)."""
         n = self.size
-        return float(np.abs(self._a["rewards"][:n]).max()) if n else 0.0
+        return np.abs(self._a["rewards"][:n]).max(axis=0) if n else np.zeros(self.replicas)
 
     # --- locking -------------------------------------------------------------------------------
     def _acquire_slow(self, health_check: Callable[[], None] | None) -> None:
@@ -165,13 +174,14 @@ class SharedReplay:
         truncated: np.ndarray,
         episode: np.ndarray,
         version: int,
-        finished: list[tuple[float, int]],
+        finished: list[tuple[int, float, int]],
         claim_next: int,
         health_check: Callable[[], None] | None = None,
     ) -> int:
-        """Insert the ``n`` transitions of one claimed actor step, log finished episodes
-        ``(return, length)``, and try to claim the next ``claim_next`` steps (returns its code)."""
-        n = len(actions)
+        """Insert the ``n`` transitions per replica of one claimed actor step (arrays ``(K, n, ...)``),
+        log finished episodes ``(replica, return, length)``, and try to claim the next ``claim_next``
+        steps (returns its code)."""
+        n = actions.shape[1]
         a = self._a
         self._acquire(health_check)  # not ``with self._locked``: the generator costs ~1.5 us per commit
         try:
@@ -185,23 +195,24 @@ class SharedReplay:
             if first_old < n:  # the overwritten transitions' workers lose residents
                 old = np.arange(slot, slot + n)[first_old:] % self.capacity
                 np.subtract.at(a["resident"], a["worker"][old].astype(np.int64), 1)
-            a["obs"][slots] = obs
-            a["next_obs"][slots] = next_obs
-            a["actions"][slots] = actions
-            a["rewards"][slots] = rewards
-            a["terminated"][slots] = terminated
-            a["truncated"][slots] = truncated
+            a["obs"][slots] = obs.swapaxes(0, 1)
+            a["next_obs"][slots] = next_obs.swapaxes(0, 1)
+            a["actions"][slots] = actions.T
+            a["rewards"][slots] = rewards.T
+            a["terminated"][slots] = terminated.T
+            a["truncated"][slots] = truncated.T
             a["worker"][slots] = worker
-            a["episode"][slots] = episode
+            a["episode"][slots] = episode.T
             a["version"][slots] = version
             a["seq"][slots] = np.arange(start, start + n)
             a["insert_updates"][slots] = self._counters[2]
             a["resident"][worker] += n
             a["produced"][worker] += n
             self._counters[1] = start + n
-            for ret, length in finished:
+            for replica, ret, length in finished:
                 k = int(a["ep_count"][0]) % EPISODE_LOG_CAPACITY
                 a["ep_worker"][k] = worker
+                a["ep_replica"][k] = replica
                 a["ep_return"][k] = ret
                 a["ep_length"][k] = length
                 a["ep_env_steps"][k] = start + n
@@ -211,36 +222,40 @@ class SharedReplay:
             self._lock.release()
 
     # --- learner side --------------------------------------------------------------------------
-    def sample(self, rng: np.random.Generator, batch_size: int, health_check: Callable[[], None] | None = None) -> Batch:
-        """Uniform sample (with replacement) over the resident transitions; counts per-worker draws."""
+    def sample(self, rngs: list[np.random.Generator], batch_size: int,
+               health_check: Callable[[], None] | None = None) -> Batch:  # fmt: skip
+        """One uniform batch per replica (with replacement, over the resident slots), replica k's drawn
+        with ``rngs[k]``: arrays ``(K, batch_size, ...)``. Counts draws per replica and worker."""
         a = self._a
+        rows = np.arange(self.replicas)[:, None]
         with self._locked(health_check):
             size = min(int(self._counters[1]), self.capacity)
-            idx = rng.integers(0, size, size=batch_size)
+            idx = np.stack([rng.integers(0, size, size=batch_size) for rng in rngs])
             batch = Batch(
-                obs=a["obs"][idx],
-                actions=a["actions"][idx],
-                rewards=a["rewards"][idx],
-                next_obs=a["next_obs"][idx],
-                terminated=a["terminated"][idx],
-                truncated=a["truncated"][idx],
+                obs=a["obs"][idx, rows],
+                actions=a["actions"][idx, rows],
+                rewards=a["rewards"][idx, rows],
+                next_obs=a["next_obs"][idx, rows],
+                terminated=a["terminated"][idx, rows],
+                truncated=a["truncated"][idx, rows],
                 worker=a["worker"][idx],
                 version=a["version"][idx],
                 seq=a["seq"][idx],
                 insert_updates=a["insert_updates"][idx],
             )
-        self.sampled += np.bincount(batch.worker, minlength=self.num_workers)
+        for k in range(self.replicas):
+            self.sampled[k] += np.bincount(batch.worker[k], minlength=self.num_workers)
         return batch
 
-    def sample_obs(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        """``n`` distinct resident observations (the diagnostics probe batch)."""
+    def sample_obs(self, rngs: list[np.random.Generator], n: int) -> np.ndarray:
+        """Per replica, ``n`` distinct resident observations (the diagnostics probe batch): ``(K, n, obs_dim)``."""
         with self._locked(None):
             size = min(int(self._counters[1]), self.capacity)
-            idx = rng.choice(size, size=min(n, size), replace=False)
-            return self._a["obs"][idx].copy()
+            return np.stack([self._a["obs"][rng.choice(size, size=min(n, size), replace=False), k]
+                             for k, rng in enumerate(rngs)])  # fmt: skip
 
-    def new_episodes(self) -> list[tuple[int, float, int, int]]:
-        """Episodes finished since the last call: ``(worker, return, length, env_steps_at_end)``."""
+    def new_episodes(self) -> list[tuple[int, int, float, int, int]]:
+        """Episodes finished since the last call: ``(worker, replica, return, length, env_steps_at_end)``."""
         a = self._a
         with self._locked(None):
             count = int(a["ep_count"][0])
@@ -251,6 +266,7 @@ class SharedReplay:
                 out.append(
                     (
                         int(a["ep_worker"][k]),
+                        int(a["ep_replica"][k]),
                         float(a["ep_return"][k]),
                         int(a["ep_length"][k]),
                         int(a["ep_env_steps"][k]),

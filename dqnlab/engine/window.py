@@ -34,46 +34,56 @@ from dqnlab.metrics import (
 class MetricsWindow:
     def __init__(self, parts: EngineParts):
         self.parts = parts
-        self.lag = LagMeter()
+        self.lag = LagMeter(parts.config.run.replicas)
         self.throughput = ThroughputMeter()
         self.learner_wait_s = 0.0
         """Seconds the learner waited on the limiter, cumulative (the loop adds to it)."""
 
     def stamp(self, elapsed_s: float) -> dict[str, float]:
-        """``env_steps``, ``updates``, ``time_s``: what every record of the history starts with."""
+        """``env_steps``, ``updates``, ``time_s``: what every record of a history starts with."""
         return {ENV_STEPS: self.parts.replay.env_steps, UPDATES: self.parts.learner.updates, TIME_S: elapsed_s}
 
-    def log_point(self, elapsed_s: float, stats: dict[str, float] | None, read_episodes: bool = True) -> dict[str, float]:
-        """The window's metrics; starts a new window. ``read_episodes=False`` reads no locked state
-        (a failure path: a killed actor may have died holding the replay lock)."""
+    def log_points(self, elapsed_s: float, stats: list[dict[str, float]] | None, replicas: list[int],
+                   read_episodes: bool = True) -> dict[int, dict[str, float]]:  # fmt: skip
+        """Per replica in ``replicas``, the window's metrics (what the replicas share, such as throughput
+        and the limiter's state, is in each); starts a new window. ``read_episodes=False`` reads no
+        locked state (a failure path: a killed actor may have died holding the replay lock)."""
         p = self.parts
         c, r = p.config, p.config.run
         replay, learner = p.replay, p.learner
-        m = self.stamp(elapsed_s)
-        env_steps, updates = m[ENV_STEPS], m[UPDATES]
-        m.update(self.throughput.pop(elapsed_s, env_steps, updates))
-        m[UTD_REALISED] = realised_utd(updates, env_steps, r.learning_starts)
-        m[UTD_DEFICIT] = p.limiter.deficit(env_steps, updates)
-        m[LIMITER_BOUND] = p.limiter.max_deficit(c.env.envs_per_worker)
-        m[LEARNER_WAIT_S] = self.learner_wait_s
-        m[ACTOR_WAIT_S] = float(p.board.wait_s.sum())
-        m[EPSILON_MEAN] = float(np.mean([epsilon_for(c, w, env_steps) for w in range(c.env.num_workers)]))
-        m.update(self.lag.pop())
-        produced, resident, sampled = replay.produced(), replay.resident(), replay.sampled
+        shared = self.stamp(elapsed_s)
+        env_steps, updates = shared[ENV_STEPS], shared[UPDATES]
+        shared.update(self.throughput.pop(elapsed_s, env_steps, updates))
+        shared[UTD_REALISED] = realised_utd(updates, env_steps, r.learning_starts)
+        shared[UTD_DEFICIT] = p.limiter.deficit(env_steps, updates)
+        shared[LIMITER_BOUND] = p.limiter.max_deficit(c.env.envs_per_worker)
+        shared[LEARNER_WAIT_S] = self.learner_wait_s
+        shared[ACTOR_WAIT_S] = float(p.board.wait_s.sum())
+        shared[EPSILON_MEAN] = float(np.mean([epsilon_for(c, w, env_steps) for w in range(c.env.num_workers)]))
+        produced, resident = replay.produced(), replay.resident()
         for w in range(c.env.num_workers):
-            m[worker_share(w, "produced")] = produced[w] / max(produced.sum(), 1)
-            m[worker_share(w, "resident")] = resident[w] / max(resident.sum(), 1)
-            m[worker_share(w, "sampled")] = sampled[w] / max(sampled.sum(), 1)
-        loss = learner.pop_mean_loss()
-        if loss is not None:
-            m[TD_LOSS] = loss
-        if stats:
-            m.update(stats)
-        m[TARGET_UPDATES] = learner.target_updates
-        m[RESETS] = learner.resets
+            shared[worker_share(w, "produced")] = produced[w] / max(produced.sum(), 1)
+            shared[worker_share(w, "resident")] = resident[w] / max(resident.sum(), 1)
+        shared[TARGET_UPDATES] = learner.target_updates
+        shared[RESETS] = learner.resets
+        lags = self.lag.pop()
+        losses = learner.pop_mean_loss()
         episodes = replay.new_episodes() if read_episodes else []
-        if episodes:
-            m[TRAIN_RETURN_MEAN] = float(np.mean([e[1] for e in episodes]))
-            m[TRAIN_LENGTH_MEAN] = float(np.mean([e[2] for e in episodes]))
-            m[TRAIN_EPISODES] = float(len(episodes))
-        return m
+        out = {}
+        for k in replicas:
+            m = dict(shared)
+            m.update(lags[k])
+            sampled = replay.sampled[k]
+            for w in range(c.env.num_workers):
+                m[worker_share(w, "sampled")] = sampled[w] / max(sampled.sum(), 1)
+            if losses is not None:
+                m[TD_LOSS] = losses[k]
+            if stats:
+                m.update(stats[k])
+            mine = [e for e in episodes if e[1] == k]
+            if mine:
+                m[TRAIN_RETURN_MEAN] = float(np.mean([e[2] for e in mine]))
+                m[TRAIN_LENGTH_MEAN] = float(np.mean([e[3] for e in mine]))
+                m[TRAIN_EPISODES] = float(len(mine))
+            out[k] = m
+        return out

@@ -70,7 +70,8 @@ def build_parser(prog: str, presets: dict[str, Any], default_preset: str) -> arg
     p.add_argument("--preset", choices=sorted(presets), default=default_preset)
     p.add_argument("--env", dest="env_id", help="gymnasium id for every trial")
     p.add_argument("--total-steps", type=int, help="env steps per trial")
-    p.add_argument("--seeds", type=int, help="seeds 0..N-1 (replaces the seed axis)")
+    p.add_argument("--seeds", type=int, help="seeds 0..N-1 as N replicas of every trial (one stacked learner); "
+                   "replaces the preset's seed axis and replicas")  # fmt: skip
     p.add_argument("--axis", action="append", default=[], metavar="NAME=V1,V2",
                    help="replace or add a grid axis (hidden_sizes: 64,64;128,128)")  # fmt: skip
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="fix a config field")
@@ -78,7 +79,7 @@ def build_parser(prog: str, presets: dict[str, Any], default_preset: str) -> arg
     p.add_argument("--storage", help="Optuna storage, any SQLAlchemy URL (default: sqlite in --results)")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite in --results)")
     p.add_argument("--study-name", help="default: <sweep>-<preset>")
-    p.add_argument("--jobs", type=int, default=1, help="trial processes on this machine")
+    p.add_argument("--jobs", type=int, help="trial processes side by side on this machine (default: the preset's, else 1)")
     p.add_argument("--heartbeat-s", type=int, default=10, help="Optuna heartbeat interval")
     p.add_argument("--grace-s", type=int, default=30, help="seconds without heartbeat before a trial is stale")
     p.add_argument("--dry-run", action="store_true", help="print the grid and an estimated time; run nothing")
@@ -104,7 +105,9 @@ def spec_from_args(sweep: str, args: argparse.Namespace, presets: dict[str, Any]
     if args.seeds is not None:
         if args.seeds < 1:
             raise SweepError(f"--seeds: got {args.seeds}; allowed: an int >= 1")
-        grid["seed"] = list(range(args.seeds))
+        grid.pop("seed", None)  # N seeds are N replicas of one trial per grid point
+        base["seed"] = 0
+        base["replicas"] = args.seeds
     fixed = {parse_assignment(t, "--set")[0] for t in args.set}
     clash = sorted(fixed & set(grid))
     if clash:
@@ -125,20 +128,21 @@ def sweep_main(sweep: str, presets: dict[str, Any], default_preset: str, objecti
     except (SweepError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    jobs = args.jobs if args.jobs is not None else presets[args.preset].get("jobs", 1)
     points = spec.points()
     if args.dry_run:
-        total_s = sum(estimate_trial_s(spec.config_for(p)) for p in points) / args.jobs
+        total_s = sum(estimate_trial_s(spec.config_for(p)) for p in points) / jobs
         print(f"study {spec.study_name}: {len(points)} grid points over axes {list(spec.grid)}")
         for p in points:
             print(f"  {point_key(p)}")
         print(f"base: {spec.base}")
-        print(f"estimated time: {total_s / 60:.1f} min with --jobs {args.jobs} (rough)")
+        print(f"estimated time: {total_s / 60:.1f} min with --jobs {jobs} (rough)")
         return 0
     from dqnlab.tracking.mlflow_runs import TrackingError
 
     try:
         with sigterm_as_interrupt():
-            summary = run_sweep(spec, loc, jobs=args.jobs, quiet=args.quiet, heartbeat_s=args.heartbeat_s,
+            summary = run_sweep(spec, loc, jobs=jobs, quiet=args.quiet, heartbeat_s=args.heartbeat_s,
                                 grace_s=args.grace_s)  # fmt: skip
     except (SweepError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -42,18 +42,16 @@ def mark_killed_runs(study, client) -> None:
     from optuna.trial import TrialState
 
     for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
-        run_id = t.user_attrs.get("mlflow_run_id")
-        if not run_id:
-            continue
-        try:
-            if client.get_run(run_id).info.status != "RUNNING":
+        for run_id in t.user_attrs.get("mlflow_run_ids", []):  # one per replica
+            try:
+                if client.get_run(run_id).info.status != "RUNNING":
+                    continue
+                if t.user_attrs.get("status") == "failed":
+                    client.set_tag(run_id, "status", "failed")
+                    client.set_tag(run_id, "error", t.user_attrs.get("error", "")[:5000])
+                    client.set_terminated(run_id, "FAILED")
+                else:
+                    client.set_tag(run_id, "status", "killed")
+                    client.set_terminated(run_id, "KILLED")
+            except Exception:  # a run we cannot read is left as it is
                 continue
-            if t.user_attrs.get("status") == "failed":
-                client.set_tag(run_id, "status", "failed")
-                client.set_tag(run_id, "error", t.user_attrs.get("error", "")[:5000])
-                client.set_terminated(run_id, "FAILED")
-            else:
-                client.set_tag(run_id, "status", "killed")
-                client.set_terminated(run_id, "KILLED")
-        except Exception:  # a run we cannot read is left as it is
-            continue

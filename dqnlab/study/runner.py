@@ -36,7 +36,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from dqnlab.objective import objective_value
+from dqnlab.objective import objective_value, replica_values
 from dqnlab.signals import sigterm_as_interrupt
 from dqnlab.study.queue import grid_sampler, mark_killed_runs, open_study, top_up_queue
 from dqnlab.study.spec import (
@@ -82,7 +82,7 @@ def worker_loop(args: WorkerArgs) -> None:
     from dqnlab.engine.fresh_process import TrialRequest, run_trial
     from dqnlab.metrics import OBJECTIVE, display_key
     from dqnlab.study.claims import claim_grid_point
-    from dqnlab.tracking.mlflow_runs import MlflowClient, MlflowRunTracker, TrackingError, start_trial_run
+    from dqnlab.tracking.mlflow_runs import MlflowClient, MlflowRunTracker, ReplicaRuns, TrackingError, start_trial_run
 
     spec = args.spec
     study = optuna.load_study(study_name=spec.study_name, storage=make_storage(args.loc.storage, args.heartbeat_s,
@@ -106,17 +106,18 @@ def worker_loop(args: WorkerArgs) -> None:
         config = spec.config_for(point)
         trial.set_user_attr("worker", worker)
         trial.set_user_attr("status", "running")
-        try:
-            run_id = start_trial_run(
-                client, args.experiment_id, args.parent_run_id, run_name=f"trial {trial.number}",
+        seeds = [config.run.seed + k for k in range(config.run.replicas)]
+        try:  # one child run per replica: a replica is a run, with its own seed
+            run_ids = [start_trial_run(
+                client, args.experiment_id, args.parent_run_id, run_name=f"trial {trial.number} seed {seed}",
                 tags={"trial_number": str(trial.number), "grid_point": key, "dqnlab.study": spec.study_name,
-                      "dqnlab.worker": worker},
-            )  # fmt: skip
+                      "dqnlab.worker": worker, "replica": str(k)}, config=config.replace(seed=seed, replicas=1),
+            ) for k, seed in enumerate(seeds)]  # fmt: skip
         except TrackingError as exc:
             _record_failure(trial, str(exc))
             raise
-        trial.set_user_attr("mlflow_run_id", run_id)
-        tracker = MlflowRunTracker(client, run_id)
+        trial.set_user_attr("mlflow_run_ids", run_ids)
+        tracker = ReplicaRuns([MlflowRunTracker(client, run_id, params_logged=True) for run_id in run_ids])
         try:
             outcome = run_trial(TrialRequest(config, args.quiet, gym.spec(config.env.env_id)), [tracker])
         except KeyboardInterrupt:
@@ -138,14 +139,17 @@ def worker_loop(args: WorkerArgs) -> None:
             tracker.close_unended("failed", reason)  # the trial process could not close its run
             raise TrialFailed(reason)
         result = outcome.result
-        value = objective_value(result, spec.objective)
+        values = replica_values(result, spec.objective)
         try:
-            tracker.log_metric(display_key(OBJECTIVE), value if math.isfinite(value) else -1e30)
+            for run, v in zip(tracker.trackers, values):
+                run.log_metric(display_key(OBJECTIVE), v if math.isfinite(v) else -1e30)
         except TrackingError as exc:
             _record_failure(trial, str(exc))
             raise
         trial.set_user_attr("status", result.status)
-        return value
+        trial.set_user_attr("seed_values", {str(s): v if math.isfinite(v) else None for s, v in zip(seeds, values)})
+        trial.set_user_attr("seed_status", {str(r.seed): r.status for r in result.replicas})
+        return objective_value(result, spec.objective)
 
     with sigterm_as_interrupt():
         try:
@@ -274,7 +278,8 @@ def close_study_run(client, parent_run_id: str, study, summary: dict[str, Any]) 
 
 def summarise(study, spec: SweepSpec) -> dict[str, Any]:
     """Completed trials and, per cell (a grid point without its seed), the IQM of the objective over
-    its seeds; runs without a final return (hard-diverged: -inf) are listed and left out of the IQM."""
+    its seeds (every replica of every trial of the cell); seeds without a final return (hard-diverged)
+    are counted and left out of the IQM."""
     from optuna.trial import TrialState
 
     from dqnlab.statistics import iqm
@@ -282,11 +287,13 @@ def summarise(study, spec: SweepSpec) -> dict[str, Any]:
     rows = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         rows.append({"trial": t.number, "point": json.loads(t.user_attrs["grid_point"]), "value": t.value,
-                     "status": t.user_attrs.get("status"), "mlflow_run_id": t.user_attrs.get("mlflow_run_id")})  # fmt: skip
+                     "status": t.user_attrs.get("status"), "seed_values": t.user_attrs.get("seed_values", {}),
+                     "mlflow_run_ids": t.user_attrs.get("mlflow_run_ids", [])})  # fmt: skip
     by_cell: dict[str, list[float]] = defaultdict(list)
     for r in rows:
         cell = {k: v for k, v in r["point"].items() if k != "seed"}
-        by_cell[json.dumps(cell, sort_keys=True)].append(r["value"])
+        per_seed = [math.nan if v is None else v for v in r["seed_values"].values()] or [r["value"]]
+        by_cell[json.dumps(cell, sort_keys=True)].extend(per_seed)
     cells = []
     for key, values in by_cell.items():
         finite = [v for v in values if math.isfinite(v)]

@@ -82,8 +82,13 @@ def estimate_trial_s(config: Config) -> float:
 
 
 def warn_cpu_budget(spec: SweepSpec, jobs: int) -> None:
+    """Warn where trials running side by side will compete for cores: in a throughput study every
+    process counts (its figures are the result); elsewhere the learners do (with the strict limiter at
+    any UTD above ~0.05 the learner is the bottleneck and the actors mostly wait)."""
     workers = max(spec.config_for(p).env.num_workers for p in spec.points())
     cores = os.cpu_count() or 1
-    if jobs * (workers + 1) > cores:
+    if spec.objective == "throughput" and jobs * (workers + 1) > cores:
         print(f"warning: --jobs {jobs} x (num_workers {workers} + 1 learner) = {jobs * (workers + 1)} processes "
               f"on {cores} cores: they will compete and throughput figures will be lower", file=sys.stderr)  # fmt: skip
+    elif jobs > cores:
+        print(f"warning: --jobs {jobs} learners on {cores} cores: they will compete", file=sys.stderr)

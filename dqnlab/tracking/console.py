@@ -17,11 +17,16 @@ class ConsoleProgress:
         self.stream = stream if stream is not None else sys.stderr
         self.min_interval_s = min_interval_s
         self._last = 0.0
-        self._metrics: dict[str, float] = {}
+        self._metrics: dict[int, dict[str, float]] = {}
         self._tty = self.stream.isatty()
 
-    def on_log(self, metrics: dict[str, float]) -> None:
-        self._metrics = {**self._metrics, **metrics}  # keep the last eval between evaluations
+    def on_log(self, replica: int, metrics: dict[str, float]) -> None:
+        self._metrics[replica] = {**self._metrics.get(replica, {}), **metrics}  # keep the last eval
+
+    def _mean(self, name: str) -> float:
+        """``name`` averaged over the replicas that reported it (the line shows the run, not a seed)."""
+        values = [m[name] for m in self._metrics.values() if name in m]
+        return sum(values) / len(values) if values else float("nan")
 
     def on_progress(self, env_steps: int, updates: int, total_env_steps: int, elapsed_s: float) -> None:
         now = time.monotonic()
@@ -32,12 +37,11 @@ class ConsoleProgress:
         frac = env_steps / total_env_steps
         width = 24
         bar = "#" * int(frac * width) + "-" * (width - int(frac * width))
-        m = self._metrics
         eta = elapsed_s / frac - elapsed_s if frac > 0 else float("nan")
         line = (
             f"[{bar}] {100 * frac:5.1f}% steps {env_steps}/{total_env_steps} upd {updates} "
-            f"sps {env_steps / max(elapsed_s, 1e-9):7.0f} utd {m.get(UTD_REALISED, float('nan')):.3f} "
-            f"eval {m.get(EVAL_RETURN_MEAN, float('nan')):6.1f} loss {m.get(TD_LOSS, float('nan')):.3g} "
+            f"sps {env_steps / max(elapsed_s, 1e-9):7.0f} utd {self._mean(UTD_REALISED):.3f} "
+            f"eval {self._mean(EVAL_RETURN_MEAN):6.1f} loss {self._mean(TD_LOSS):.3g} "
             f"eta {eta:5.0f}s"
         )
         self.stream.write(("\r" + line) if self._tty else line + "\n")

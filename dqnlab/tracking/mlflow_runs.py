@@ -88,33 +88,77 @@ def close_parent(client: MlflowClient, parent_run_id: str, status: str) -> None:
 
 
 def start_trial_run(client: MlflowClient, experiment_id: str, parent_run_id: str | None, run_name: str,
-                    tags: dict[str, str] | None = None) -> str:  # fmt: skip
-    """Create a trial's child run (RUNNING) and return its id; TrackingError if the store fails."""
+                    tags: dict[str, str] | None = None, config: Any = None) -> str:  # fmt: skip
+    """Create a trial's child run (RUNNING) and return its id; TrackingError if the store fails.
+    With ``config``, its fields are logged as params at once, so that a run cut off before its engine
+    started still says which configuration and seed it was."""
     all_tags = {TAG_ROLE: "trial", "git_commit": git_commit(), **(tags or {})}
     if parent_run_id:
         all_tags[PARENT_TAG] = parent_run_id
     try:
-        return client.create_run(experiment_id, run_name=run_name, tags=all_tags).info.run_id
+        run_id = client.create_run(experiment_id, run_name=run_name, tags=all_tags).info.run_id
+        if config is not None:
+            log_params(client, run_id, config)
+        return run_id
     except Exception as exc:
         raise TrackingError(f"MLflow tracking store failed ({type(exc).__name__}: {str(exc)[:500]})") from exc
+
+
+def log_params(client: MlflowClient, run_id: str, config: Any) -> None:
+    """Every config field as a param (``log_batch``, 100 at a time)."""
+    params = [Param(k, _param_str(v)) for k, v in config.to_flat().items()]
+    for i in range(0, len(params), PARAMS_PER_BATCH):
+        client.log_batch(run_id, params=params[i : i + PARAMS_PER_BATCH])
 
 
 class TrackingError(RuntimeError):
     """The MLflow tracking store failed (server gone, database error); the message carries the reason."""
 
 
+class ReplicaRuns:
+    """Engine callback for a run of K replicas: one MLflow run per replica (a replica is a run), each
+    fed that replica's config (its own seed), log points and result."""
+
+    def __init__(self, trackers: list[MlflowRunTracker]):
+        self.trackers = trackers
+
+    def on_start(self, config: Any) -> None:
+        for k, tracker in enumerate(self.trackers):
+            tracker.on_start(config.replace(seed=config.run.seed + k, replicas=1))
+
+    def on_log(self, replica: int, metrics: dict[str, float]) -> None:
+        self.trackers[replica].on_log(metrics)
+
+    def on_end(self, result: Any) -> None:
+        for k, tracker in enumerate(self.trackers):
+            if k < len(result.replicas):
+                tracker.on_end(result.single(k))
+
+    def close_unended(self, status: str, error: str = "") -> None:
+        for tracker in self.trackers:
+            tracker.close_unended(status, error)
+
+    @property
+    def broken(self) -> Exception | None:
+        return next((t.broken for t in self.trackers if t.broken is not None), None)
+
+
 class MlflowRunTracker:
-    """Engine callback writing one child run. Log points are buffered and sent every ``flush_every``
-    points or ``flush_every_s`` seconds, whichever comes first (so the UI shows a long run live).
+    """Writes one child run (one replica; :class:`ReplicaRuns` routes a run's events to its replicas'
+    trackers). Log points are buffered and sent every ``flush_every`` points or ``flush_every_s``
+    seconds, whichever comes first (so the UI shows a long run live).
 
     The first failed call to the store raises :class:`TrackingError` (the engine then stops the run
     as failed); after that the tracker is broken and its hooks do nothing, so the failure path of
     the run does not wait on the dead store a second time."""
 
-    def __init__(self, client: MlflowClient, run_id: str, flush_every: int = 200, flush_every_s: float = 10.0):
-        """Log into the existing run ``run_id`` (see :func:`start_trial_run`)."""
+    def __init__(self, client: MlflowClient, run_id: str, flush_every: int = 200, flush_every_s: float = 10.0,
+                 params_logged: bool = False):  # fmt: skip
+        """Log into the existing run ``run_id`` (see :func:`start_trial_run`); ``params_logged``: its
+        config was logged when it was created, ``on_start`` logs nothing more."""
         self.client = client
         self.run_id = run_id
+        self.params_logged = params_logged
         self.flush_every = flush_every
         self.flush_every_s = flush_every_s
         self._last_flush = time.monotonic()
@@ -137,9 +181,8 @@ class MlflowRunTracker:
         self._call(self.client.log_metric, self.run_id, key, value)
 
     def on_start(self, config: Any) -> None:
-        params = [Param(k, _param_str(v)) for k, v in config.to_flat().items()]
-        for i in range(0, len(params), PARAMS_PER_BATCH):
-            self._call(self.client.log_batch, self.run_id, params=params[i : i + PARAMS_PER_BATCH])
+        if not self.params_logged:
+            self._call(log_params, self.client, self.run_id, config)
 
     def on_log(self, metrics: dict[str, float]) -> None:
         ts = int(time.time() * 1000)
