@@ -1,7 +1,8 @@
 """Command line: ``python -m dqnlab.train --env CartPole-v1 --workers 2 --utd 1 --total-steps 50000``.
 
 Every config field has a flag (``--field-name``, underscores as dashes); a few have short aliases.
-Prints a progress line and a final summary; ``--history-json PATH`` writes the metric history.
+Prints a progress line and a final summary; ``--history-json PATH`` writes the metric history (per
+replica with ``--replicas K``).
 """
 
 from __future__ import annotations
@@ -59,8 +60,12 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     if args.history_json:
+        replicas = [{"seed": r.seed, "status": r.status, "history": r.history} for r in result.replicas]
+        out = {"status": result.status, "config": config.to_flat(), "replicas": replicas}
+        if len(replicas) == 1:
+            out["history"] = replicas[0]["history"]
         with open(args.history_json, "w") as fh:
-            json.dump({"status": result.status, "config": config.to_flat(), "history": result.history}, fh)
+            json.dump(out, fh)
     return {"completed": 0, "diverged": 0}.get(result.status, 1)
 
 

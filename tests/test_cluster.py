@@ -98,7 +98,7 @@ def test_up_on_a_running_cluster_is_refused_and_leaves_it_running(cluster):
 
 
 def _sweep(state, results: Path, *extra: str) -> subprocess.Popen:
-    cmd = [sys.executable, "sweeps/utd.py", "--preset", "smoke", "--seeds", "2", "--total-steps", "2000",
+    cmd = [sys.executable, "sweeps/utd.py", "--preset", "smoke", "--axis", "seed=0,1", "--total-steps", "2000",
            "--study-name", STUDY, "--storage", state.storage, "--tracking-uri", state.tracking_uri,
            "--results", str(results), "--quiet", "--no-report", *extra]  # fmt: skip
     return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

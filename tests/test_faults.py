@@ -167,7 +167,7 @@ def test_tracking_server_dying_mid_sweep_fails_the_trial_with_the_reason_and_a_r
     pid = _mlflow_server(server_root, port)
     args = [sys.executable, str(ROOT / "sweeps" / "utd.py"), "--preset", "smoke", "--quiet", "--no-report",
             "--results", str(results), "--tracking-uri", f"http://127.0.0.1:{port}", "--axis", "utd=1",
-            "--seeds", "2", "--total-steps", "8000"]  # fmt: skip
+            "--axis", "seed=0,1", "--total-steps", "8000"]  # fmt: skip
     try:
         proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         _wait_for_running_trial(results, proc)

@@ -5,7 +5,10 @@
 - bare limits: env alone, env + torch policy (batch 1), env + numpy policy, a bare torch DQN
   update loop (same maths: double DQN, Huber, clipping; default Adam; numpy ring sampling);
 - dqnlab: one actor unthrottled (claim, act, step, commit), the learner inside the engine (utd 16,
-  one worker, every diagnostic on), and end-to-end env steps/s at utd 0.25, 1, 4 with 1 and 2 workers.
+  one worker, every diagnostic on), and end-to-end env steps/s at utd 0.25, 1, 4 with 1 and 2 workers;
+- replicas: the stacked learner's run-updates/s (one update of K replicas = K run-updates; sampling
+  from the shared replay included) at K = 1, 2, 4, 8, 16, and one unthrottled actor stepping
+  K x envs_per_worker environments (K x envs = 1, 8, 32).
 
 Each figure is the median of ``--repeats`` measurements; ratios are taken against the matching
 bare limit measured in the same run.
@@ -24,8 +27,8 @@ import torch
 import torch.nn.functional as F
 
 from dqnlab import metrics as M
-from dqnlab.agent.learner import td_target
-from dqnlab.agent.networks import QNetwork, flatten_into
+from dqnlab.agent.learner import Learner, td_target
+from dqnlab.agent.networks import QNetwork, StackedQ, flatten_into
 from dqnlab.agent.policy import NumpyQ, ParamLayout
 from dqnlab.config import Config
 from dqnlab.engine import train
@@ -112,31 +115,63 @@ def bare_update_loop(updates: int) -> float:
     return updates / (time.perf_counter() - t)
 
 
-def actor_unthrottled(steps: int) -> float:
-    """One dqnlab actor in this process, limiter free, no learner: its env steps/s."""
-    config = Config.from_flat(num_workers=1, total_env_steps=10**9, limiter="free")
-    net = QNetwork(4, 2, config.network.hidden_sizes, False)
-    layout = ParamLayout.of(net)
+def _replay_for(config: Config, total: int) -> tuple[SharedReplay, SharedArena]:
     arena = SharedArena()
     limiter = RateLimiter(1.0, config.run.learning_starts, 1.0, strict=False)
-    replay = SharedReplay(arena, mp.get_context("fork").Lock(), config.agent.buffer_capacity, 4, 1, limiter, 10**9)
-    weights = WeightBroadcast(arena, layout.size)
+    replay = SharedReplay(arena, mp.get_context("fork").Lock(), config.agent.buffer_capacity, 4, 1, limiter, total,
+                          config.run.replicas)  # fmt: skip
+    return replay, arena
+
+
+def actor_unthrottled(steps: int, replicas: int = 1, envs: int = 1) -> float:
+    """One dqnlab actor in this process, limiter free, no learner: its env steps/s over all its
+    ``replicas x envs`` environments."""
+    config = Config.from_flat(num_workers=1, total_env_steps=10**9, limiter="free", replicas=replicas,
+                              envs_per_worker=envs)  # fmt: skip
+    nets = [QNetwork(4, 2, config.network.hidden_sizes, False) for _ in range(replicas)]
+    layout = ParamLayout.of(nets[0])
+    replay, arena = _replay_for(config, 10**9)
+    weights = WeightBroadcast(arena, replicas * layout.size)
     board = ActorBoard(arena, 1)
     arena.allocate()
     replay.bind()
     board.bind()
-    flat = np.zeros(layout.size, np.float32)
-    flatten_into(net, flat)
+    flat = np.zeros(replicas * layout.size, np.float32)
+    flatten_into(StackedQ.stack(nets), flat)
     weights.publish(flat, 0)
     actor = Actor(0, config, replay, weights, layout, board)
-    for _ in range(200):
+    calls = max(1, steps // (replicas * envs))
+    for _ in range(min(200, calls)):
         actor.try_step()
     t = time.perf_counter()
-    for _ in range(steps):
+    for _ in range(calls):
         actor.try_step()
-    rate = steps / (time.perf_counter() - t)
+    rate = calls * replicas * envs / (time.perf_counter() - t)
     actor.close()
     return rate
+
+
+def stacked_learner(replicas: int, updates: int) -> float:
+    """Run-updates/s of the stacked learner: ``replicas`` networks updated together, each on its own
+    batch sampled from a filled shared replay (default network, batch and Adam)."""
+    config = Config.from_flat(replicas=replicas, buffer_capacity=20_000)
+    learner = Learner(config, 4, 2)
+    replay, arena = _replay_for(config, 10**9)
+    arena.allocate()
+    replay.bind()
+    rng = np.random.default_rng(0)
+    n, k = 10_000, replicas
+    obs = rng.standard_normal((k, n, 4)).astype(np.float32)
+    replay.claim(n)
+    replay.commit(0, obs, rng.integers(0, 2, (k, n)), np.ones((k, n), np.float32), obs, rng.random((k, n)) < 0.02,
+                  np.zeros((k, n), bool), np.zeros((k, n), np.int64), 0, [], claim_next=0)  # fmt: skip
+    rngs = [np.random.default_rng(i) for i in range(k)]
+    for _ in range(30):
+        learner.update(replay.sample(rngs, config.agent.batch_size))
+    t = time.perf_counter()
+    for _ in range(updates):
+        learner.update(replay.sample(rngs, config.agent.batch_size))
+    return updates * replicas / (time.perf_counter() - t)
 
 
 def engine_run(utd: float, workers: int, total: int, **overrides) -> dict[str, float]:
@@ -179,15 +214,21 @@ def main(argv: list[str] | None = None) -> int:
     ]
     learner = engine_run(16.0, 1, 1000 + int(1200 * scale))
     rows.append(("dqnlab: learner in engine (utd 16, 1 worker)", learner[M.UPDATES_PER_S], "updates/s",
-                 f"{learner['updates_per_s'] / bare:.2f}x bare loop"))  # fmt: skip
+                 f"{learner[M.UPDATES_PER_S] / bare:.2f}x bare loop"))  # fmt: skip
     for utd in (0.25, 1.0, 4.0):
         for workers in (1, 2):
             total = 1000 + int(scale * {0.25: 40_000, 1.0: 12_000, 4.0: 4_000}[utd])
             m = engine_run(utd, workers, total)
             limit = min(actor * workers, bare / utd)
             rows.append((f"dqnlab: end-to-end utd {utd:g}, {workers} worker(s)", m[M.ENV_STEPS_PER_S], "env steps/s",
-                         f"{m['env_steps_per_s'] / limit:.2f}x min(actors, bare/utd); "
+                         f"{m[M.ENV_STEPS_PER_S] / limit:.2f}x min(actors, bare/utd); "
                          f"utd {m[M.UTD_REALISED]:.4f}, staleness {m[M.ACTOR_STALENESS_RUN_MEAN]:.1f} upd"))  # fmt: skip
+    for k in (1, 2, 4, 8, 16):
+        rate = _median_rate(lambda k=k: stacked_learner(k, max(20, int(600 * scale / k ** 0.5))), r)
+        rows.append((f"replicas: stacked learner, K={k}", rate, "run-upd/s", f"{rate / bare:.2f}x bare loop"))
+    for k, n in ((1, 1), (1, 8), (8, 1), (1, 32), (8, 4)):
+        rate = _median_rate(lambda k=k, n=n: actor_unthrottled(s, k, n), r)
+        rows.append((f"replicas: actor, {k} replica(s) x {n} env(s)", rate, "env steps/s", f"{rate / env:.2f}x env alone"))
     width = max(len(name) for name, *_ in rows)
     print(f"{'measurement':<{width}}  {'median':>10}  unit         ratio")
     for name, value, unit, ratio in rows:

@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 from dqnlab.config import Config
-from dqnlab.engine import RunResult, train
+from dqnlab.engine import ReplicaResult, RunResult, train
+from dqnlab.metrics import ENV_STEPS
 from dqnlab.services.cluster import down, up
 from dqnlab.services.state import ServicesState, free_port
 from dqnlab.study.queue import open_study, top_up_queue
@@ -41,8 +42,9 @@ def recorded_result(log_points: int) -> RunResult:
     config = Config.from_flat(env_id="CartPole-v1", total_env_steps=600, learning_starts=200, log_every=200,
                               eval_every_steps=400, eval_episodes=1, mode="serial", probe_size=32)  # fmt: skip
     result = train(config)
-    history = [{**result.final, "env_steps": float(i * 250)} for i in range(log_points)]
-    return RunResult("completed", config, history, dict(history[-1]), None, 1.0)
+    history = [{**result.final, ENV_STEPS: float(i * 250)} for i in range(log_points)]
+    replica = ReplicaResult(0, "completed", config, history, dict(history[-1]))
+    return RunResult("completed", config, [replica], None, 1.0)
 
 
 def time_trials(storage_url: str, tracking_uri: str, artifacts: Path | None, result: RunResult, trials: int) -> list[float]:
@@ -59,7 +61,7 @@ def time_trials(storage_url: str, tracking_uri: str, artifacts: Path | None, res
         run_id = start_trial_run(client, experiment, parent, f"trial {trial.number}",
                                  tags={"grid_point": trial.user_attrs["grid_point"]})  # fmt: skip
         tracker = MlflowRunTracker(client, run_id)
-        trial.set_user_attr("mlflow_run_id", tracker.run_id)
+        trial.set_user_attr("mlflow_run_ids", [tracker.run_id])
         tracker.on_start(result.config)
         for m in result.history:
             tracker.on_log(m)
