@@ -73,12 +73,15 @@ def decode(axis: str, value: Any) -> Any:
 
 
 def estimate_trial_s(config: Config) -> float:
-    """Rough seconds per trial on a 2-core machine (DESIGN.md figures: ~900 updates/s, ~20k steps/s
-    per actor, ~2 s of start-up and evaluation)."""
-    steps = config.run.total_env_steps
-    learner = config.agent.utd * max(0, steps - config.run.learning_starts) / 900.0
-    actors = steps / (20_000.0 * config.env.num_workers)
-    return max(learner, actors) + 2.0
+    """Rough seconds per trial on a 2-core machine (figures of ``python -m dqnlab.bench``: a stacked
+    update of K replicas ~0.45 + 0.12 K ms, an actor ~20k env steps/s, an evaluation episode ~250
+    steps at ~20 us, ~3 s to start the trial process)."""
+    r, k = config.run, config.run.replicas
+    steps = r.total_env_steps
+    learner = config.agent.utd * max(0, steps - r.learning_starts) * (4.5e-4 + 1.2e-4 * k)
+    actors = steps * k / (20_000.0 * config.env.num_workers)
+    evals = (steps / r.eval_every_steps + 1) * k * r.eval_episodes * 250 * 2e-5 if r.eval_every_steps else 0.0
+    return max(learner, actors) + evals + 3.0
 
 
 def warn_cpu_budget(spec: SweepSpec, jobs: int) -> None:
