@@ -42,12 +42,26 @@ class EnvConfig:
     """Environment instances stepped together by one actor (>= 1); each makes one env step."""
     reward_bound: float | None = None
     """R_max for soft divergence (max |Q| > R_max / (1 - gamma)); None: max |r| seen in replay."""
+    worker_step_delay_s: tuple[float, ...] = ()
+    """Seconds worker i sleeps after each of its steps (entry i; missing: 0): a worker slower than its
+    peers, for studies of heterogeneous workers."""
+    worker_max_episode_steps: tuple[int, ...] = ()
+    """Time limit of worker i's envs in env steps (entry i; missing or 0: the env's own): a worker whose
+    episodes run longer, for studies of heterogeneous workers."""
 
     def __post_init__(self) -> None:
+        for name in ("worker_step_delay_s", "worker_max_episode_steps"):
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
         _check_types(self)
         _require(bool(self.env_id.strip()), "env_id", "a non-empty gymnasium id", self.env_id)
         _require(self.num_workers >= 1, "num_workers", "an int >= 1", self.num_workers)
         _require(self.envs_per_worker >= 1, "envs_per_worker", "an int >= 1", self.envs_per_worker)
+        for name in ("worker_step_delay_s", "worker_max_episode_steps"):
+            values = getattr(self, name)
+            _require(len(values) <= self.num_workers, name, f"at most num_workers ({self.num_workers}) entries", values)
+            _require(all(math.isfinite(v) and 0 <= v <= 1e6 for v in values), name,
+                     "finite values in [0, 1e6], one per worker", values)  # fmt: skip
         if self.reward_bound is not None:
             _require(
                 math.isfinite(self.reward_bound) and self.reward_bound > 0,
@@ -319,12 +333,13 @@ def text_parser(tp: Any):
         optional.__name__ = base.__name__ + " or none"
         return optional, None
     if origin is tuple:
+        element = get_args(tp)[0]
 
-        def int_tuple(text: str) -> tuple[int, ...]:
-            return tuple(int(x) for x in text.replace(",", " ").split())
+        def tuple_of(text: str) -> tuple:
+            return tuple(element(x) for x in text.replace(",", " ").split())
 
-        int_tuple.__name__ = "comma-separated ints"
-        return int_tuple, None
+        tuple_of.__name__ = f"comma-separated {element.__name__}s"
+        return tuple_of, None
     if tp is bool:
 
         def boolean(text: str) -> bool:
@@ -351,7 +366,7 @@ def _describe(tp: Any) -> str:
     if get_origin(tp) in (typing.Union, types.UnionType):
         return " or ".join(_describe(a) for a in get_args(tp))
     if get_origin(tp) is tuple:
-        return "a tuple of ints"
+        return f"a tuple of {get_args(tp)[0].__name__}s"
     return "None" if tp is type(None) else f"a {tp.__name__}"
 
 
@@ -362,7 +377,7 @@ def _matches(value: Any, tp: Any) -> bool:
     if origin in (typing.Union, types.UnionType):
         return any(_matches(value, a) for a in get_args(tp))
     if origin is tuple:
-        return isinstance(value, tuple) and all(_matches(v, int) for v in value)
+        return isinstance(value, tuple) and all(_matches(v, get_args(tp)[0]) for v in value)
     if tp is type(None):
         return value is None
     if tp is bool:
@@ -384,3 +399,5 @@ def _check_types(obj: Any) -> None:
         if tp is float or (get_origin(tp) in (typing.Union, types.UnionType) and float in get_args(tp)):
             if isinstance(value, int) and not isinstance(value, bool):
                 object.__setattr__(obj, f.name, float(value))
+        if get_origin(tp) is tuple and get_args(tp)[0] is float:
+            object.__setattr__(obj, f.name, tuple(float(v) for v in value))

@@ -102,8 +102,8 @@ def produced_share_seen(history, workers: int) -> np.ndarray:
 
 
 def test_slow_worker_transitions_are_sampled_in_proportion_to_what_it_produced(leak_guard):
-    config = small(utd=1.0, num_workers=2, total_env_steps=3000, learning_starts=300)
-    result = train(config, step_delay_s={1: 0.002})
+    config = small(utd=1.0, num_workers=2, total_env_steps=3000, learning_starts=300, worker_step_delay_s=(0.0, 0.002))
+    result = train(config)
     f = result.final
     produced = np.array([f["worker0_produced_share"], f["worker1_produced_share"]])
     sampled = np.array([f["worker0_sampled_share"], f["worker1_sampled_share"]])
@@ -309,3 +309,22 @@ def test_policy_lag_is_reported_for_the_window_and_for_the_whole_run(leak_guard)
     assert last[POLICY_LAG_RUN_MEAN] == pytest.approx(windows.mean(), rel=1e-9)
     assert last[POLICY_LAG_RUN_MAX] == maxima.max()
     assert windows[-1] > last[POLICY_LAG_RUN_MEAN]  # the last window alone would overstate the run
+
+
+def test_heterogeneous_workers_get_their_own_time_limit_and_step_delay(monkeypatch, leak_guard):
+    from dqnlab.engine.actor import Actor
+
+    made = []
+    init = Actor.__init__
+
+    def recording(self, worker, config, *args, **kwargs):
+        init(self, worker, config, *args, **kwargs)
+        made.append((worker, self.step_delay_s, self.envs[0][0].spec.max_episode_steps))
+
+    monkeypatch.setattr(Actor, "__init__", recording)
+    config = small(mode="serial", total_env_steps=1000, worker_max_episode_steps=(7,), worker_step_delay_s=(0.0, 0.001))
+    result = train(config)
+    assert sorted(made) == [(0, 0.0, 7), (1, 0.001, 500)]  # worker 1 keeps CartPole's own limit
+    assert result.status == "completed"
+    with pytest.raises(Exception, match="worker_max_episode_steps"):
+        small(worker_max_episode_steps=(5, 5, 5))  # more entries than workers

@@ -82,7 +82,6 @@ class Actor:
         layout: ParamLayout,
         board: ActorBoard,
         health_check=None,
-        step_delay_s: float = 0.0,
     ):
         self.worker = worker
         self.config = config
@@ -90,12 +89,15 @@ class Actor:
         self.weights = weights
         self.board = board
         self.health_check = health_check
-        self.step_delay_s = step_delay_s  # fault/slowness injection for tests and benchmarks
+        delays = config.env.worker_step_delay_s
+        self.step_delay_s = delays[worker] if worker < len(delays) else 0.0  # a slower worker (studies, tests)
         self.n = config.env.envs_per_worker
         self.k = config.run.replicas
         self.rngs = [np.random.default_rng([config.run.seed + r, worker]) for r in range(self.k)]
         # the passive checker costs ~15% of a cheap env's step; TimeLimit (truncation) stays
-        self.envs = [[gym.make(config.env.env_id, disable_env_checker=True) for _ in range(self.n)]
+        limits = config.env.worker_max_episode_steps
+        limit = {"max_episode_steps": limits[worker]} if worker < len(limits) and limits[worker] else {}
+        self.envs = [[gym.make(config.env.env_id, disable_env_checker=True, **limit) for _ in range(self.n)]
                      for _ in range(self.k)]  # fmt: skip
         first = []
         for rng, envs in zip(self.rngs, self.envs):
@@ -196,7 +198,7 @@ class Actor:
                 env.close()
 
 
-def actor_main(worker: int, config: Config, replay, weights, layout, board: ActorBoard, step_delay_s: float) -> None:
+def actor_main(worker: int, config: Config, replay, weights, layout, board: ActorBoard) -> None:
     """Entry point of an actor process (forked): loop until STOP; on error, post the traceback."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it stops us
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -212,7 +214,7 @@ def actor_main(worker: int, config: Config, replay, weights, layout, board: Acto
     actor = None
     exit_code = 0
     try:
-        actor = Actor(worker, config, replay, weights, layout, board, parent_alive, step_delay_s)
+        actor = Actor(worker, config, replay, weights, layout, board, parent_alive)
         attempt = 0
         while True:
             code = actor.try_step()

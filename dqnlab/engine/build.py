@@ -44,7 +44,7 @@ class EngineParts:
         self._flat = np.zeros(self.weights.num_params, dtype=np.float32)
 
 
-def build(config: Config, obs_dim: int, num_actions: int, delays: dict[int, float] | None = None) -> EngineParts:
+def build(config: Config, obs_dim: int, num_actions: int) -> EngineParts:
     """Every part of a run of ``config``, shared memory allocated and the initial weights published;
     no actor started yet (:meth:`ActorPool.start`)."""
     c, r, a = config, config.run, config.agent
@@ -59,7 +59,7 @@ def build(config: Config, obs_dim: int, num_actions: int, delays: dict[int, floa
     arena.allocate()
     replay.bind()
     board.bind()
-    pool = ActorPool(config, replay, weights, layout, board, delays or {})
+    pool = ActorPool(config, replay, weights, layout, board)
     parts = EngineParts(config, limiter, learner, layout, replay, weights, board, pool, arena)
     parts.publish()
     return parts

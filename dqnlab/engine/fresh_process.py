@@ -40,8 +40,6 @@ class TrialRequest:
     env_spec: Any = None
     """The gymnasium EnvSpec of ``config.env.env_id``: re-registered in the trial process when
     missing there, so envs registered by the caller (tests, user modules) work too."""
-    step_delay_s: dict[int, float] | None = None
-    """Per-worker injected step delay (tests), as :func:`dqnlab.engine.train` takes it."""
 
 
 @dataclass
@@ -188,7 +186,7 @@ def _execute(request: TrialRequest, forward: _Forward) -> TrialOutcome:
         gym.registry[spec.id] = spec
     callbacks = [forward] if request.quiet else [forward, ConsoleProgress()]
     try:
-        return TrialOutcome("result", train(request.config, callbacks, step_delay_s=request.step_delay_s))
+        return TrialOutcome("result", train(request.config, callbacks))
     except ConfigError as exc:
         return TrialOutcome("config", None, str(exc))
     except RunFailed as exc:

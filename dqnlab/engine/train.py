@@ -36,10 +36,10 @@ def inspect_env(env_id: str) -> tuple[int, int]:
         env.close()
 
 
-def train(config: Config, callbacks: Iterable[Any] = (), *, step_delay_s: dict[int, float] | None = None) -> RunResult:
+def train(config: Config, callbacks: Iterable[Any] = ()) -> RunResult:
     """Run ``config`` to its env-step budget. Returns status ``completed`` or ``diverged``; raises
     :class:`RunFailed` (with the partial result) on a crash and re-raises KeyboardInterrupt after
-    stopping everything. ``step_delay_s`` injects a per-step sleep into given workers (tests).
+    stopping everything.
 
     Actors are never forked from a process that runs other threads (a fork copies the locks they may
     hold): called from such a process (a notebook kernel, a sweep, a program that used MLflow's
@@ -49,8 +49,8 @@ def train(config: Config, callbacks: Iterable[Any] = (), *, step_delay_s: dict[i
     if config.run.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device: got 'cuda' but torch.cuda.is_available() is False; allowed: 'cpu'")
     if config.run.mode == "parallel" and other_threads():
-        return _train_in_fresh_process(config, list(callbacks), step_delay_s)
-    return Engine(build(config, obs_dim, num_actions, step_delay_s), CallbackList(callbacks)).run()
+        return _train_in_fresh_process(config, list(callbacks))
+    return Engine(build(config, obs_dim, num_actions), CallbackList(callbacks)).run()
 
 
 def other_threads() -> list[str]:
@@ -58,11 +58,10 @@ def other_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t is not threading.current_thread() and t.is_alive()]
 
 
-def _train_in_fresh_process(config: Config, callbacks: list[Any], step_delay_s: dict[int, float] | None) -> RunResult:
+def _train_in_fresh_process(config: Config, callbacks: list[Any]) -> RunResult:
     from dqnlab.engine.fresh_process import TrialRequest, run_trial
 
-    outcome = run_trial(TrialRequest(config, quiet=True, env_spec=gym.spec(config.env.env_id),
-                                     step_delay_s=step_delay_s), callbacks)  # fmt: skip
+    outcome = run_trial(TrialRequest(config, quiet=True, env_spec=gym.spec(config.env.env_id)), callbacks)
     if outcome.kind == "result":
         return outcome.result
     if outcome.kind == "config":

@@ -31,10 +31,8 @@ class ActorPool:
     the caller guarantees the process has no other thread). ``serial``: :class:`Actor` objects that
     :meth:`step_one` steps in the learner's process, round-robin, through the same code path."""
 
-    def __init__(self, config: Config, replay: SharedReplay, weights: WeightBroadcast, layout, board: ActorBoard,
-                 delays: dict[int, float]):  # fmt: skip
+    def __init__(self, config: Config, replay: SharedReplay, weights: WeightBroadcast, layout, board: ActorBoard):
         self.config, self.replay, self.weights, self.layout, self.board = config, replay, weights, layout, board
-        self.delays = delays
         self.procs: list[mp.Process] = []
         self.actors: list[Actor] = []
         self.stopped = False
@@ -49,7 +47,7 @@ class ActorPool:
         self.board.heartbeat[:] = time.monotonic()
         if c.run.mode == "serial":
             self.actors = [
-                Actor(w, c, self.replay, self.weights, self.layout, self.board, None, self.delays.get(w, 0.0))
+                Actor(w, c, self.replay, self.weights, self.layout, self.board, None)
                 for w in range(c.env.num_workers)
             ]
             return
@@ -57,7 +55,7 @@ class ActorPool:
         for w in range(c.env.num_workers):
             p = ctx.Process(
                 target=actor_main,
-                args=(w, c, self.replay, self.weights, self.layout, self.board, self.delays.get(w, 0.0)),
+                args=(w, c, self.replay, self.weights, self.layout, self.board),
                 name=f"dqnlab-actor-{w}",
                 daemon=True,
             )

@@ -7,10 +7,11 @@ import itertools
 import json
 import os
 import sys
+import typing
 from dataclasses import dataclass
 from typing import Any
 
-from dqnlab.config import Config
+from dqnlab.config import Config, field_types
 from dqnlab.objective import OBJECTIVES
 
 
@@ -67,18 +68,21 @@ def encode(value: Any) -> Any:
 
 
 def decode(axis: str, value: Any) -> Any:
-    if axis == "hidden_sizes" and isinstance(value, str):
-        return tuple(int(x) for x in value.split(","))
+    """A grid value back from Optuna's categorical (tuples travel as comma-separated text)."""
+    tp = field_types().get(axis)
+    if isinstance(value, str) and typing.get_origin(tp) is tuple:
+        element = typing.get_args(tp)[0]
+        return tuple(element(x) for x in value.split(",") if x.strip())
     return value
 
 
 def estimate_trial_s(config: Config) -> float:
     """Rough seconds per trial on a 2-core machine (figures of ``python -m dqnlab.bench``: a stacked
-    update of K replicas ~0.45 + 0.12 K ms, an actor ~20k env steps/s, an evaluation episode ~250
+    update of K replicas ~0.8 + 0.2 K ms with two trials side by side, an actor ~20k env steps/s, an evaluation episode ~250
     steps at ~20 us, ~3 s to start the trial process)."""
     r, k = config.run, config.run.replicas
     steps = r.total_env_steps
-    learner = config.agent.utd * max(0, steps - r.learning_starts) * (4.5e-4 + 1.2e-4 * k)
+    learner = config.agent.utd * max(0, steps - r.learning_starts) * (8e-4 + 2e-4 * k)
     actors = steps * k / (20_000.0 * config.env.num_workers)
     evals = (steps / r.eval_every_steps + 1) * k * r.eval_episodes * 250 * 2e-5 if r.eval_every_steps else 0.0
     return max(learner, actors) + evals + 3.0
