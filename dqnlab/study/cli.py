@@ -11,7 +11,7 @@ from typing import Any
 from dqnlab.config import ConfigError, field_types, text_parser
 from dqnlab.signals import sigterm_as_interrupt
 from dqnlab.study.runner import run_sweep
-from dqnlab.study.spec import SweepError, SweepSpec, estimate_trial_s, point_key, validate_spec
+from dqnlab.study.spec import VARIANT, SweepError, SweepSpec, estimate_trial_s, point_key, validate_spec
 from dqnlab.study.storage import SweepFailed, SweepLocations, locations
 
 
@@ -54,14 +54,20 @@ def parse_field_value(name: str, text: str) -> Any:
     return value
 
 
-def parse_axis(text: str) -> tuple[str, list[Any]]:
+def parse_axis(text: str, variants: dict[str, Any] | None = None) -> tuple[str, list[Any]]:
+    """``NAME=V1,V2`` (tuple fields: values separated by ``;``); ``variant=A,B`` names the preset's variants."""
     name, values = parse_assignment(text, "--axis")
-    if name == "hidden_sizes":
+    if name in ("hidden_sizes", "worker_step_delay_s", "worker_max_episode_steps"):
         parts = [v for v in values.split(";") if v.strip()]
     else:
         parts = [v for v in values.split(",") if v.strip()]
     if not parts:
         raise SweepError(f"--axis {name}: no values given")
+    if name == VARIANT:
+        unknown = [p for p in parts if p not in (variants or {})]
+        if unknown:
+            raise SweepError(f"--axis variant: got {unknown}; allowed: {sorted(variants or {})}")
+        return name, parts
     return name, [parse_field_value(name, p) for p in parts]
 
 
@@ -92,6 +98,7 @@ def spec_from_args(sweep: str, args: argparse.Namespace, presets: dict[str, Any]
     preset = presets[args.preset]
     base = dict(preset["base"])
     grid = {k: list(v) for k, v in preset["grid"].items()}
+    variants = dict(preset.get("variants", {}))
     if args.env_id:
         base["env_id"] = args.env_id
     if args.total_steps:
@@ -100,7 +107,7 @@ def spec_from_args(sweep: str, args: argparse.Namespace, presets: dict[str, Any]
         name, value = parse_assignment(text, "--set")
         base[name] = parse_field_value(name, value)
     for text in args.axis:
-        name, values = parse_axis(text)
+        name, values = parse_axis(text, variants)
         grid[name] = values
     if args.seeds is not None:
         if args.seeds < 1:
@@ -114,7 +121,7 @@ def spec_from_args(sweep: str, args: argparse.Namespace, presets: dict[str, Any]
         raise SweepError(f"--set {clash[0]}: {clash[0]!r} is a grid axis of this preset; use --axis {clash[0]}=VALUE")
     for name in grid:
         base.pop(name, None)
-    return SweepSpec(sweep, args.study_name or f"{sweep}-{args.preset}", base, grid, objective)
+    return SweepSpec(sweep, args.study_name or f"{sweep}-{args.preset}", base, grid, objective, variants)
 
 
 def sweep_main(sweep: str, presets: dict[str, Any], default_preset: str, objective: str, argv=None, report=None) -> int:

@@ -8,7 +8,7 @@ import json
 import os
 import sys
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dqnlab.config import Config, field_types
@@ -19,28 +19,47 @@ class SweepError(ValueError):
     """A sweep argument is invalid; raised before anything is written."""
 
 
+VARIANT = "variant"
+
+
 @dataclass(frozen=True)
 class SweepSpec:
-    """What one study runs: ``base`` config fields for every trial and the ``grid`` axes."""
+    """What one study runs: ``base`` config fields for every trial and the ``grid`` axes.
+
+    ``variants`` names bundles of fields that only make sense together (``{"LayerNorm": {"layer_norm":
+    True}, "head reset": {"reset": "head"}}``); the grid axis ``variant`` then takes their names, and a
+    point's variant sets its fields."""
 
     sweep: str  # MLflow experiment name (one per sweep file)
     study_name: str  # Optuna study and MLflow parent run
     base: dict[str, Any]
     grid: dict[str, list[Any]]
     objective: str = "eval"
+    variants: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def points(self) -> list[dict[str, Any]]:
         axes = list(self.grid)
         return [dict(zip(axes, combo)) for combo in itertools.product(*(self.grid[a] for a in axes))]
 
     def config_for(self, point: dict[str, Any]) -> Config:
-        return Config.from_flat({**self.base, **point})
+        fields = {k: v for k, v in point.items() if k != VARIANT}
+        bundle = self.variants.get(point.get(VARIANT), {})
+        return Config.from_flat({**self.base, **bundle, **fields})
 
 
 def validate_spec(spec: SweepSpec) -> None:
     """Unknown or empty axes, bad values, unknown env ids: SweepError/ConfigError, nothing written."""
     known = set(Config.field_names())
+    for name, bundle in spec.variants.items():
+        unknown = sorted(set(bundle) - known)
+        if unknown:
+            raise SweepError(f"variant {name!r}: unknown config field(s) {unknown}; allowed: {sorted(known)}")
     for axis, values in spec.grid.items():
+        if axis == VARIANT:
+            missing = [v for v in values if v not in spec.variants]
+            if missing or not values:
+                raise SweepError(f"variant: got {missing or values}; allowed: {sorted(spec.variants)}")
+            continue
         if axis not in known:
             raise SweepError(f"unknown sweep axis {axis!r}; allowed: {sorted(known)}")
         if not values:

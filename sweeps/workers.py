@@ -1,0 +1,44 @@
+"""Finding 2: are slow workers' and long-episode workers' transitions ignored?
+
+    python sweeps/workers.py               # homogeneous vs one slow worker vs one long-episode worker vs both
+    python sweeps/workers.py --preset smoke
+
+CartPole-v1 at UTD 1 with 2 workers, 10 seeds per cell as replicas. The slow worker sleeps 8 ms
+after each step (the learner paces each worker at ~1-2 ms a step here, so it is ~5x slower than its
+peer); the long-episode worker's time limit is 5,000 steps instead of 500 (10x).
+"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from analysis.report import build_report  # noqa: E402
+from dqnlab.study.cli import sweep_main  # noqa: E402
+
+WORKERS = {
+    "homogeneous": {"worker_step_delay_s": (), "worker_max_episode_steps": ()},
+    "one_slow": {"worker_step_delay_s": (0.0, 0.008), "worker_max_episode_steps": ()},
+    "one_long_episodes": {"worker_step_delay_s": (), "worker_max_episode_steps": (0, 5000)},
+    "slow_and_long": {"worker_step_delay_s": (0.0, 0.008), "worker_max_episode_steps": (0, 5000)},
+}
+
+PRESETS = {
+    "default": {
+        "base": dict(env_id="CartPole-v1", total_env_steps=20_000, learning_starts=1000, eval_every_steps=1000,
+                     eval_episodes=5, log_every=250, utd=1.0, num_workers=2, target_period=500, replicas=10),  # fmt: skip
+        "grid": {"variant": list(WORKERS)},
+        "variants": WORKERS,
+        "jobs": 1,  # one trial at a time: worker speeds are the subject
+    },
+    "smoke": {
+        "base": dict(env_id="CartPole-v1", total_env_steps=1200, learning_starts=400, batch_size=32, probe_size=64,
+                     hidden_sizes=(32, 32), log_every=100, eval_every_steps=400, eval_episodes=2, num_workers=2,
+                     replicas=2),  # fmt: skip
+        "grid": {"variant": ["homogeneous", "one_slow"]},
+        "variants": {"homogeneous": WORKERS["homogeneous"], "one_slow": {"worker_step_delay_s": (0.0, 0.002)}},
+    },
+}
+
+if __name__ == "__main__":
+    sys.exit(sweep_main("workers", PRESETS, "default", report=build_report, objective="eval"))
