@@ -59,16 +59,18 @@ def returns_of(runs: pd.DataFrame, value: str = "final_return") -> np.ndarray:
     return ok[np.isfinite(ok)]
 
 
-def cell_table(runs: pd.DataFrame, value: str = "final_return", reps: int = 2000) -> pd.DataFrame:
-    """One row per cell: its axis values, ``label``, ``n_seeds`` (runs), ``n_returns`` (runs with a
-    final return), ``n_failed`` (crashed or killed, never rerun), ``iqm``, ``ci_low``, ``ci_high``, and
-    a count per collapse label."""
+def cell_table(runs: pd.DataFrame, value: str = "final_return", reps: int = 2000,
+               keep: tuple[str, ...] = ()) -> pd.DataFrame:  # fmt: skip
+    """One row per cell: its axis values (and the ``keep`` columns, swept or not), ``label``,
+    ``n_seeds`` (runs), ``n_returns`` (runs with a final return), ``n_failed`` (crashed or killed,
+    never rerun), ``iqm``, ``ci_low``, ``ci_high``, and a count per collapse label."""
     names = axes(runs)
     rows = []
-    for key, g in _groups(runs, names):
+    for key, g in _groups(runs, names + [k for k in keep if k not in names and k in runs]):
         values = returns_of(g, value)
         point, low, high = bootstrap_ci(values, reps=reps) if len(values) else (math.nan,) * 3
-        row = {**dict(zip(names, key)), "label": cell_label(dict(zip(names, key)), names), "n_seeds": len(g),
+        values_of = dict(zip(names + [k for k in keep if k not in names and k in runs], key))
+        row = {**values_of, "label": cell_label(values_of, names), "n_seeds": len(g),
                "n_returns": len(values), "n_failed": int((g["outcome"] == "failed").sum()), "iqm": point,
                "ci_low": low, "ci_high": high}  # fmt: skip
         finished = g[g["outcome"] != "failed"]

@@ -139,8 +139,7 @@ def return_vs_utd(runs: pd.DataFrame, hist: pd.DataFrame | None = None) -> Figur
                              sharey=True)  # fmt: skip
     utds = sorted(df["utd"].dropna().unique())
     for (label, g), axrow in zip(rows, axes):
-        table = cell_table(g, reps=1000)
-        table = _with_columns(table, g, ["utd", "layer_norm", "reset"])
+        table = cell_table(g, reps=1000, keep=("utd", "layer_norm", "reset"))
         for ax, reset in zip(axrow, resets):
             for ln, t in table[table["reset"] == reset].groupby("layer_norm"):
                 t = t.sort_values("utd").dropna(subset=["iqm"])
@@ -154,14 +153,6 @@ def return_vs_utd(runs: pd.DataFrame, hist: pd.DataFrame | None = None) -> Figur
             ax.legend(fontsize=8)
         _row_title(axrow[0], label)
     return _finish(fig, title)
-
-
-def _with_columns(table: pd.DataFrame, runs: pd.DataFrame, names: list[str]) -> pd.DataFrame:
-    """``cell_table`` names only the axes that vary in ``runs``; add the constant ones back."""
-    for n in names:
-        if n not in table:
-            table[n] = runs[n].iloc[0] if n in runs and len(runs) else None
-    return table
 
 
 def collapse_map(runs: pd.DataFrame, hist: pd.DataFrame | None = None) -> Figure:

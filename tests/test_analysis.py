@@ -249,26 +249,52 @@ def test_report_command_exits_0_and_lists_every_run(sweeps, tmp_path):
     assert all(run_id in summary for run_id in runs["run_id"])
 
 
-NOTEBOOK_FIGURES = {"utd_stability.ipynb": 5, "throughput.ipynb": 2}
+NOTEBOOK_FIGURES = {"utd_stability.ipynb": 7, "throughput.ipynb": 3}
 
 
-@pytest.mark.parametrize("notebook, experiment", [("utd_stability.ipynb", "utd"), ("throughput.ipynb", "throughput")])
-def test_notebooks_execute_headlessly_and_show_their_table_and_figures(sweeps, tmp_path, notebook, experiment,
-                                                                       monkeypatch):  # fmt: skip
+def _execute(notebook: str, env: dict[str, str], monkeypatch):
     import nbformat
     from nbclient import NotebookClient
 
-    monkeypatch.setenv("DQNLAB_TRACKING_URI", f"sqlite:///{sweeps / 'mlflow.db'}")
-    monkeypatch.setenv("DQNLAB_EXPERIMENT", experiment)
-    monkeypatch.setenv("DQNLAB_STUDY", "")
-    monkeypatch.setenv("DQNLAB_NOTEBOOK_OUT", str(tmp_path))
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
     nb = nbformat.read(ROOT / "analysis" / notebook, as_version=4)
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "committed with outputs"
     NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
+    return outputs
+
+
+@pytest.mark.parametrize("notebook, experiment", [("utd_stability.ipynb", "utd"), ("throughput.ipynb", "throughput")])
+def test_notebooks_execute_headlessly_and_show_their_table_and_figures(sweeps, tmp_path, notebook, experiment,
+                                                                       monkeypatch):  # fmt: skip
+    outputs = _execute(notebook, {"DQNLAB_TRACKING_URI": f"sqlite:///{sweeps / 'mlflow.db'}",
+                                  "DQNLAB_EXPERIMENT": experiment, "DQNLAB_STUDY": "",
+                                  "DQNLAB_NOTEBOOK_OUT": str(tmp_path)}, monkeypatch)  # fmt: skip
     figures = [o for o in outputs if "image/png" in o.get("data", {})]
     assert len(figures) >= NOTEBOOK_FIGURES[notebook]  # every figure rendered inline
     tables = [o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {})]
-    assert any("final_return" in t and "collapse" in t for t in tables), "the runs table is shown"
+    assert any("iqm" in t and "n_seeds" in t and "ci_low" in t for t in tables), "the per-cell table is shown"
     assert len(list(tmp_path.glob("*.png"))) == NOTEBOOK_FIGURES[notebook]
+
+
+@pytest.fixture(scope="module")
+def finding_sweeps(tmp_path_factory):
+    results = tmp_path_factory.mktemp("findings")
+    for study in ("replay_ratio", "parallel", "workers"):
+        res = subprocess.run([sys.executable, str(ROOT / "sweeps" / f"{study}.py"), "--preset", "smoke", "--quiet",
+                              "--no-report", "--results", str(results)], capture_output=True, text=True, timeout=300,
+                             cwd=ROOT)  # fmt: skip
+        assert res.returncode == 0, res.stderr[-3000:]
+    return results
+
+
+@pytest.mark.parametrize("study", ["replay_ratio", "parallel", "workers"])
+def test_finding_notebooks_draw_their_figure_and_print_their_numbers(finding_sweeps, tmp_path, study, monkeypatch):
+    outputs = _execute(f"finding_{study}.ipynb", {"DQNLAB_RESULTS": str(finding_sweeps), "DQNLAB_STUDY": f"{study}-smoke",
+                                                 "DQNLAB_NOTEBOOK_OUT": str(tmp_path)}, monkeypatch)  # fmt: skip
+    text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
+    assert "|" in text and "[" in text, text[:500]  # a Markdown table with CIs
+    assert any("image/png" in o.get("data", {}) for o in outputs)
+    assert (tmp_path / f"finding_{study}.png").stat().st_size > 10_000
