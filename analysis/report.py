@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -99,7 +100,8 @@ def build_report(tracking_uri: str, experiment: str, study: str | None, out: Pat
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python analysis/report.py", description=__doc__.splitlines()[0])
-    p.add_argument("--tracking-uri", default=f"sqlite:///{Path('results').resolve() / 'mlflow.db'}")
+    p.add_argument("--tracking-uri", default=os.environ.get("DQNLAB_TRACKING_URI",
+                                                           f"sqlite:///{Path('results').resolve() / 'mlflow.db'}"))
     p.add_argument("--experiment", required=True, help="MLflow experiment = sweep name (utd, throughput)")
     p.add_argument("--study", help="one study (parent run); default: every run of the experiment")
     p.add_argument("--out", help="default: results/report-<study or experiment>")

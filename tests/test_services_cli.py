@@ -30,3 +30,10 @@ def test_a_pg_bin_folder_without_the_server_binaries_is_refused(tmp_path):
 def test_a_bad_pg_bin_writes_nothing(tmp_path, capsys):
     assert main(["up", "--root", str(tmp_path / "svc"), "--pg-bin", str(tmp_path)]) == 2
     assert "--pg-bin" in capsys.readouterr().err and not (tmp_path / "svc").exists()
+
+
+@pytest.mark.parametrize("value", ["10.0.0.0/33", "not-a-network", "10.0.0.0/8,,example.com"])
+def test_a_bad_allow_from_is_refused_naming_the_flag(tmp_path, capsys, value):
+    assert main(["up", "--root", str(tmp_path / "svc"), "--allow-from", value]) == 2
+    assert "--allow-from" in capsys.readouterr().err
+    assert not (tmp_path / "svc").exists()

@@ -12,6 +12,20 @@ from dqnlab.services.processes import alive
 from dqnlab.services.state import STATE_FILE, ServiceError, ServicesState, load_state
 
 
+def parse_networks(text: str) -> list[str]:
+    """``--allow-from`` as normalised CIDRs; ServiceError naming the flag for anything else."""
+    import ipaddress
+
+    out = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        try:
+            out.append(str(ipaddress.ip_network(part, strict=False)))
+        except ValueError:
+            raise ServiceError(f"--allow-from: got {part!r}; allowed: networks in CIDR form, e.g. 10.0.0.0/24,"
+                               "192.168.1.7/32") from None  # fmt: skip
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m dqnlab.services", description=dqnlab.services.__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -26,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     u.add_argument("--allowed-hosts", help="mlflow server --allowed-hosts (needed when other machines connect)")
     u.add_argument("--cors-allowed-origins", help="mlflow server --cors-allowed-origins")
     u.add_argument("--no-dashboard", action="store_true", help="do not start optuna-dashboard")
+    u.add_argument("--allow-from", default="", metavar="CIDR[,CIDR]",
+                   help="networks besides this machine whose PostgreSQL logins are accepted (default: none)")
+    u.add_argument("--tls", action="store_true", help="PostgreSQL offers TLS (self-signed) and requires it off this machine")
     u.add_argument("--pg-bin", help="folder with initdb and pg_ctl (default: found)")
     args = p.parse_args(argv)
     root = Path(args.root).expanduser().resolve()
@@ -37,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
             state = ServicesState(
                 str(root), args.host, args.pg_port, args.mlflow_port, args.dashboard_port, pg_bin=args.pg_bin or "",
                 allowed_hosts=args.allowed_hosts, cors_allowed_origins=args.cors_allowed_origins,
-                dashboard=not args.no_dashboard,
+                dashboard=not args.no_dashboard, allow_from=parse_networks(args.allow_from), tls=args.tls,
             )  # fmt: skip
             up(state)
             print(describe(state))

@@ -1,5 +1,10 @@
 """PostgreSQL for a study: Debian's server binaries, a cluster of our own under ``--root`` (run as the
-``postgres`` user when we are root), the ``optuna`` and ``mlflow`` databases, Optuna's schema."""
+``postgres`` user when we are root), the ``optuna`` and ``mlflow`` databases, Optuna's schema.
+
+Who may log in (``pg_hba.conf``, rewritten at every ``up``): this machine over loopback, and the
+networks of ``--allow-from`` (none by default), always with the scram-sha-256 password; with
+``--tls`` the server offers TLS (a self-signed certificate made at ``up``) and requires it from every
+network but loopback (``hostssl``)."""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 from dqnlab.services.processes import alive
-from dqnlab.services.state import DATABASES, DB_USER, LOOPBACK, ServiceError, ServicesState
+from dqnlab.services.state import DATABASES, DB_USER, LOOPBACK, PGPASS_FILE, ServiceError, ServicesState
 
 
 def find_pg_bin(explicit: str | None = None) -> Path:
@@ -66,14 +71,70 @@ def init_postgres(state: ServicesState) -> None:
                  "--auth-local=trust", "--auth-host=scram-sha-256"], user, root / "pg-init.log")  # fmt: skip
     finally:
         pwfile.unlink(missing_ok=True)
-    listen = "localhost" if state.host in LOOPBACK else state.host
-    listen = "*" if listen == "0.0.0.0" else listen
     with open(data / "postgresql.conf", "a") as fh:
-        fh.write(f"\n# dqnlab services\nlisten_addresses = '{listen}'\nport = {state.pg_port}\n"
-                 f"unix_socket_directories = '{data}'\nmax_connections = 200\n")  # fmt: skip
-    if state.host not in LOOPBACK:
-        with open(data / "pg_hba.conf", "a") as fh:
-            fh.write("host all all samenet scram-sha-256\n")
+        fh.write("\n# dqnlab services: rewritten at every up\ninclude_if_exists = 'dqnlab.conf'\n")
+
+
+def configure_postgres(state: ServicesState) -> None:
+    """Addresses, port, TLS and who may log in, from ``state`` (before every start)."""
+    root, user = Path(state.root), _pg_user()
+    data = root / "pg"
+    listen = "localhost" if state.host in LOOPBACK else state.host
+    listen = "*" if listen in ("0.0.0.0", "::") else listen
+    conf = [f"listen_addresses = '{listen}'", f"port = {state.pg_port}", f"unix_socket_directories = '{data}'",
+            "max_connections = 200", f"ssl = {'on' if state.tls else 'off'}"]  # fmt: skip
+    if state.tls:
+        make_certificate(data, state.client_host, user)
+        conf += [f"ssl_cert_file = '{data / 'server.crt'}'", f"ssl_key_file = '{data / 'server.key'}'"]
+    _write(data / "dqnlab.conf", "\n".join(conf) + "\n", user)
+    remote = "hostssl" if state.tls else "host"
+    hba = ["# dqnlab services: rewritten at every up (python -m dqnlab.services up --allow-from ...)",
+           "local all all trust", "host all all 127.0.0.1/32 scram-sha-256"]  # fmt: skip
+    hba += [f"{remote} all all {cidr} scram-sha-256" for cidr in state.allow_from]
+    _write(data / "pg_hba.conf", "\n".join(hba) + "\n", user)
+
+
+def make_certificate(folder: Path, host: str, user: str | None) -> None:
+    """A self-signed certificate for ``host`` (``server.crt``) and its key (``server.key``, 0600), once."""
+    if (folder / "server.crt").exists() and (folder / "server.key").exists():
+        return
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"dqnlab services {host}")])
+    try:
+        alt = x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(host))])
+    except ValueError:
+        alt = x509.SubjectAlternativeName([x509.DNSName(host)])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now)
+            .not_valid_after(now + datetime.timedelta(days=825)).add_extension(alt, critical=False)
+            .sign(key, hashes.SHA256()))  # fmt: skip
+    _write(folder / "server.key", key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                    serialization.NoEncryption()).decode(), user)  # fmt: skip
+    _write(folder / "server.crt", cert.public_bytes(serialization.Encoding.PEM).decode(), user)
+
+
+def _write(path: Path, text: str, owner: str | None) -> None:
+    """Write a private file (0600) the server's account owns."""
+    path.write_text(text)
+    path.chmod(0o600)
+    if owner:
+        shutil.chown(path, owner)
+
+
+def write_pgpass(state: ServicesState) -> Path:
+    """``pgpass`` (0600) with the database password, for the servers we start (``PGPASSFILE``)."""
+    path = Path(state.root) / PGPASS_FILE
+    _write(path, f"*:{state.pg_port}:*:{DB_USER}:{state.password}\n", None)
+    return path
 
 
 def start_postgres(state: ServicesState) -> None:
@@ -100,7 +161,7 @@ def create_databases(state: ServicesState) -> None:
     import psycopg2
 
     conn = psycopg2.connect(host=state.client_host, port=state.pg_port, user=DB_USER, password=state.password,
-                            dbname="postgres", connect_timeout=10)  # fmt: skip
+                            dbname="postgres", connect_timeout=10, sslmode="require" if state.tls else "prefer")  # fmt: skip
     conn.autocommit = True
     try:
         with conn.cursor() as cur:

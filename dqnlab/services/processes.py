@@ -37,11 +37,13 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
-def spawn(name: str, cmd: list[str], root: Path) -> int:
+def spawn(name: str, cmd: list[str], root: Path, env: dict[str, str] | None = None) -> int:
     """Start a server in its own session (so :func:`stop_group` stops its whole process group),
-    logging to ``root/<name>.log``; returns its pid."""
+    logging to ``root/<name>.log``; returns its pid. ``env``: extra variables (paths to secret files:
+    secrets never go on a command line, where ``ps`` shows them)."""
     # MLflow's job runner (GenAI evaluation jobs: eight more processes) is of no use to a sweep.
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_DISABLE_TELEMETRY": "true"}
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_DISABLE_TELEMETRY": "true",
+           **(env or {})}  # fmt: skip
     with open(Path(root) / f"{name}.log", "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, cwd=root, env=env)  # fmt: skip
@@ -49,10 +51,13 @@ def spawn(name: str, cmd: list[str], root: Path) -> int:
 
 
 def mlflow_server_command(backend_uri: str, artifacts: Path, host: str, port: int, allowed_hosts: str | None = None,
-                          cors_allowed_origins: str | None = None) -> list[str]:  # fmt: skip
-    """``mlflow server`` on ``backend_uri`` with artifacts proxied to the folder ``artifacts``."""
+                          cors_allowed_origins: str | None = None, auth: bool = False) -> list[str]:  # fmt: skip
+    """``mlflow server`` on ``backend_uri`` with artifacts proxied to the folder ``artifacts``; with
+    ``auth``, MLflow's basic-auth app (its config: ``MLFLOW_AUTH_CONFIG_PATH``)."""
     cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_uri, "--serve-artifacts",
            "--artifacts-destination", str(artifacts), "--host", host, "--port", str(port), "--workers", "2"]  # fmt: skip
+    if auth:
+        cmd += ["--app-name", "basic-auth"]
     if allowed_hosts:
         cmd += ["--allowed-hosts", allowed_hosts]
     if cors_allowed_origins:
@@ -64,7 +69,9 @@ def dashboard_command(state: ServicesState) -> list[str]:
     exe = shutil.which("optuna-dashboard", path=str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"])
     if exe is None:
         raise ServiceError("optuna-dashboard not installed: pip install -e '.[cluster]' (or pass --no-dashboard)")
-    return [exe, state.storage, "--host", state.host, "--port", str(state.dashboard_port)]
+    # optuna-dashboard has no login: it never binds beyond loopback (reach it through an SSH tunnel)
+    return [exe, state.database_uri("optuna", with_password=False), "--host", "127.0.0.1", "--port",
+            str(state.dashboard_port)]  # fmt: skip
 
 
 def wait_http(url: str, name: str, log: Path, pid: int, timeout_s: float = 120.0) -> None:

@@ -5,6 +5,7 @@ the locations flags, ``--dry-run``, the summary it prints, the exit codes (0 don
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -12,7 +13,7 @@ from dqnlab.config import ConfigError, field_types, text_parser
 from dqnlab.signals import sigterm_as_interrupt
 from dqnlab.study.runner import run_sweep
 from dqnlab.study.spec import VARIANT, SweepError, SweepSpec, estimate_trial_s, point_key, validate_spec
-from dqnlab.study.storage import SweepFailed, SweepLocations, locations
+from dqnlab.study.storage import SweepFailed, SweepLocations, locations, without_password
 
 
 def format_summary(summary: dict[str, Any], loc: SweepLocations, spec: SweepSpec) -> str:
@@ -29,7 +30,7 @@ def format_summary(summary: dict[str, Any], loc: SweepLocations, spec: SweepSpec
         lines.append(f"browse runs:   {loc.tracking_uri}")
     else:
         lines.append(f"browse runs:   mlflow ui --backend-store-uri {loc.tracking_uri} --port 5000   (http://127.0.0.1:5000)")
-    lines.append(f"browse study:  optuna-dashboard '{loc.storage}'   (pip install -e '.[cluster]')")
+    lines.append(f"browse study:  optuna-dashboard '{without_password(loc.storage)}'   (pip install -e '.[cluster]')")
     return "\n".join(lines)
 
 
@@ -82,8 +83,10 @@ def build_parser(prog: str, presets: dict[str, Any], default_preset: str) -> arg
                    help="replace or add a grid axis (hidden_sizes: 64,64;128,128)")  # fmt: skip
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="fix a config field")
     p.add_argument("--results", default="results", help="results folder (default: ./results, git-ignored)")
-    p.add_argument("--storage", help="Optuna storage, any SQLAlchemy URL (default: sqlite in --results)")
-    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite in --results)")
+    p.add_argument("--storage", default=os.environ.get("DQNLAB_STORAGE"),
+                   help="Optuna storage, any SQLAlchemy URL (default: $DQNLAB_STORAGE, else sqlite in --results)")
+    p.add_argument("--tracking-uri", default=os.environ.get("DQNLAB_TRACKING_URI"),
+                   help="MLflow tracking URI (default: $DQNLAB_TRACKING_URI, else sqlite in --results)")
     p.add_argument("--study-name", help="default: <sweep>-<preset>")
     p.add_argument("--jobs", type=int, help="trial processes side by side on this machine (default: the preset's, else 1)")
     p.add_argument("--heartbeat-s", type=int, default=10, help="Optuna heartbeat interval")

@@ -49,7 +49,15 @@ from dqnlab.study.spec import (
     validate_spec,
     warn_cpu_budget,
 )
-from dqnlab.study.storage import SweepFailed, SweepLocations, claims_engine_for, make_storage, setup_lock, storage_failure
+from dqnlab.study.storage import (
+    SweepFailed,
+    SweepLocations,
+    claims_engine_for,
+    make_storage,
+    setup_lock,
+    storage_failure,
+    without_password,
+)
 
 
 @dataclass
@@ -220,7 +228,7 @@ def run_sweep(
             storage = make_storage(loc.storage, heartbeat_s, grace_s)
             study = open_study(spec, storage)  # created once, before any trial process starts
         except Exception as exc:  # sqlalchemy OperationalError, missing driver, ...
-            raise SweepError(f"--storage: cannot open Optuna storage {loc.storage!r}: {exc}") from None
+            raise SweepError(f"--storage: cannot open Optuna storage {without_password(loc.storage)!r}: {exc}") from None
         optuna.storages.fail_stale_trials(study)
         mark_killed_runs(study, client)
         top_up_queue(study, spec)

@@ -26,6 +26,16 @@ class SweepLocations:
     artifacts: Path | None
 
 
+def without_password(url: str) -> str:
+    """``url`` with its password masked (for messages: they end up in terminals and CI logs)."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL at all: nothing to mask that we could find
+        return url
+
+
 def validate_storage_url(url: str) -> None:
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
@@ -132,7 +142,7 @@ def setup_lock(loc: SweepLocations):
     try:
         conn = engine.connect()
     except Exception as exc:
-        raise SweepError(f"--storage: cannot open Optuna storage {loc.storage!r}: {exc}") from None
+        raise SweepError(f"--storage: cannot open Optuna storage {without_password(loc.storage)!r}: {exc}") from None
     try:
         conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": SETUP_LOCK_KEY})
         conn.commit()
