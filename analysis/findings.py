@@ -72,20 +72,25 @@ def finding_replay_ratio(studies: dict[str, tuple[pd.DataFrame, pd.DataFrame]], 
             t = table[table["mitigation"] == mit].sort_values("utd")
             axrow[0].errorbar(t["utd"], t["iqm"], yerr=[t["iqm"] - t["ci_low"], t["ci_high"] - t["iqm"]], marker="o",
                               capsize=3, label=mit)  # fmt: skip
-            frac = runs[runs["mitigation"] == mit].groupby("utd")["diverged"].mean()
-            axrow[1].plot(frac.index, frac.values, marker="o", label=mit)
+            q = runs[runs["mitigation"] == mit].assign(q=_final(runs, M.Q_PROBE_ABS_MAX)).groupby("utd")["q"]
+            lo, med, hi = q.quantile(0.25), q.median(), q.quantile(0.75)
+            axrow[1].errorbar(med.index, med.values, yerr=[med - lo, hi - med], marker="o", capsize=3, label=mit)
             for ax, metric in ((axrow[2], M.SRANK), (axrow[3], M.DORMANT_FRAC)):
                 g = runs[runs["mitigation"] == mit].assign(v=_final(runs, metric)).groupby("utd")["v"].median()
                 ax.plot(g.index, g.values, marker="o", label=mit)
-        for ax, ylabel in zip(axrow, ["final greedy return (IQM, 95% CI)", "fraction of seeds diverged (soft or hard)",
+        bound = float(np.nanmedian(_final(runs, M.Q_BOUND)))
+        axrow[1].axhline(bound, color="black", ls="--", lw=1, label="R_max / (1 - gamma)")
+        axrow[1].set_yscale("log")
+        for ax, ylabel in zip(axrow, ["final greedy return (IQM, 95% CI)", "final max |Q| on the probe (median, IQR)",
                                       "final srank (median over seeds)", "final dormant fraction, tau 0.1 (median)"]):
             ax.set_xscale("log", base=2)
             ax.set_xticks(utds, [f"{u:g}" for u in utds])
             ax.minorticks_off()
             ax.set(xlabel="UTD (updates per env step, log scale)", ylabel=ylabel, title=env)
         axrow[0].legend(fontsize=8)
-        md.append(f"\n**{env}** (final greedy return, IQM over 10 seeds with 95% bootstrap CI; diverged = soft or "
-                  f"hard divergence at any log point):\n")  # fmt: skip
+        md.append(f"\n**{env}** (final greedy return, IQM over 10 seeds with 95% bootstrap CI; seeds flagged diverged "
+                  f"(max \\|Q\\| on the probe above R_max/(1-gamma), or NaN, at any log point); median final max "
+                  f"\\|Q\\| on the probe):\n")  # fmt: skip
         md.append("| UTD | " + " | ".join(MITIGATION_ORDER) + " |")
         md.append("|---" * (len(MITIGATION_ORDER) + 1) + "|")
         for utd in utds:
@@ -96,7 +101,10 @@ def finding_replay_ratio(studies: dict[str, tuple[pd.DataFrame, pd.DataFrame]], 
                     cells.append("—")
                     continue
                 r = row.iloc[0]
-                cells.append(f"{_fmt(r['iqm'], r['ci_low'], r['ci_high'])}, {int(r['diverged'])}/{int(r['n_seeds'])} div.")
+                sel = runs[(runs["utd"] == utd) & (runs["mitigation"] == mit)]
+                q = float(np.nanmedian(_final(sel, M.Q_PROBE_ABS_MAX)))
+                cells.append(f"{_fmt(r['iqm'], r['ci_low'], r['ci_high'])}; {int(r['diverged'])}/{int(r['n_seeds'])} "
+                             f"div.; max\\|Q\\| {q:.0f}")  # fmt: skip
             md.append(f"| {utd:g} | " + " | ".join(cells) + " |")
         for mit in MITIGATION_ORDER[1:]:
             for utd in utds:
@@ -291,9 +299,13 @@ def main(argv: list[str] | None = None) -> int:
         if not runs.empty:
             sections.append("## Finding 4b: target period\n" + finding_target_period(runs, out))
     if "sample_efficiency" in want:
-        runs, hist = study("replay_ratio", "replay_ratio-cartpole")
-        if not runs.empty:
-            sections.append("## Finding 5: sample efficiency\n" + finding_sample_efficiency(runs, hist))
+        for name in ("replay_ratio-cartpole", "replay_ratio-sample_efficiency"):
+            try:
+                runs, hist = study("replay_ratio", name)
+            except ValueError:
+                continue
+            if not runs.empty:
+                sections.append(f"## Finding 5: sample efficiency ({name})\n" + finding_sample_efficiency(runs, hist))
     if "parallel" in want:
         runs, hist = study("parallel", "parallel-default")
         if not runs.empty:

@@ -25,6 +25,7 @@ TargetUpdate = Literal["hard", "polyak"]
 EpsilonSchedule = Literal["linear", "ladder"]
 LimiterMode = Literal["strict", "free"]
 RunMode = Literal["parallel", "serial"]
+Writers = Literal["single", "hogwild", "local_copies"]
 Device = Literal["cpu", "cuda"]
 
 
@@ -183,6 +184,10 @@ class RunConfig:
     replicas: int = 1
     """Independent agents of this configuration trained in lockstep in one run (seeds seed..seed+K-1),
     one stacked learner update for all; each replica is a run of its own (DESIGN.md: replica)."""
+    writers: Writers = "single"
+    """Who writes the parameters: 'single' (the learner alone: the design); 'hogwild' (every worker
+    steps shared parameters without a lock) and 'local_copies' (each worker trains its own copy and
+    writes it back, last writer wins) exist only as measured counterexamples (DESIGN.md: writers)."""
     mode: RunMode = "parallel"
     """'parallel': one process per actor; 'serial': actors stepped in the learner's process."""
     device: Device = "cpu"
@@ -250,6 +255,11 @@ class Config:
             f"a multiple of envs_per_worker ({e.envs_per_worker})",
             r.total_env_steps,
         )
+        if r.writers != "single":
+            _require(r.replicas == 1, "writers", f"'single' when replicas > 1 (got replicas={r.replicas}): the naive "
+                     "setups train one network per run", r.writers)  # fmt: skip
+            _require(r.mode == "parallel", "writers", "'single' in serial mode: the naive setups need worker processes",
+                     r.writers)  # fmt: skip
         _require(
             a.buffer_capacity >= e.envs_per_worker,
             "buffer_capacity",

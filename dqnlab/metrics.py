@@ -97,6 +97,11 @@ PARAM_NORM = _m("param_norm", "", "L2 norm of the online parameters", "q", "Q st
 TARGET_UPDATES = _m("target_updates", "count", "target-network updates so far (copies or Polyak steps)", "learner",
                     "target update")  # fmt: skip
 RESETS = _m("resets", "count", "plasticity resets so far", "learner", "reset")
+LOST_UPDATES = _m("lost_updates", "updates", "updates whose effect a write by another worker replaced before any write "
+                  "built on them (local_copies; 0 for the single learner)", "learner", "lost update")  # fmt: skip
+LOST_UPDATE_FRAC = _m("lost_update_frac", "fraction", "lost_updates / updates", "learner", "lost update")
+RACED_WRITE_FRAC = _m("raced_write_frac", "fraction", "parameter writes that overlapped another worker's write (hogwild; "
+                      "0 for the single learner)", "learner", "writers")  # fmt: skip
 
 # --- collapse signs -------------------------------------------------------------------------------
 Q_PROBE_ABS_MAX = _m("q_probe_abs_max", "return", "max |Q| on the fixed probe batch", "collapse", "soft divergence")

@@ -3,6 +3,7 @@
     python sweeps/replay_ratio.py --preset cartpole        # UTD {0.25,1,4,16} x 4 mitigations (below)
     python sweeps/replay_ratio.py --preset acrobot         # the same on Acrobot-v1
     python sweeps/replay_ratio.py --preset target_period   # UTD {1,4,16} x target period {100,500,2000}, plain
+    python sweeps/replay_ratio.py --preset sample_efficiency   # LayerNorm at UTD 4 and 16 for 25k env steps
     python sweeps/replay_ratio.py --preset smoke           # seconds (tests)
 
 Mitigations: plain, LayerNorm, head reset, shrink-and-perturb (alpha 0.8, as SR-SPR); resets every
@@ -40,6 +41,11 @@ PRESETS = {
         "base": dict(STUDY, env_id="Acrobot-v1"),
         "grid": {"utd": [0.25, 1.0, 4.0, 16.0], "variant": list(MITIGATIONS)},
         "variants": MITIGATIONS,
+        "jobs": 2,
+    },
+    "sample_efficiency": {  # finding 5: the best cells of the CartPole study, with a longer budget
+        "base": dict(STUDY, env_id="CartPole-v1", total_env_steps=25_000, layer_norm=True, reset="none"),
+        "grid": {"utd": [4.0, 16.0]},
         "jobs": 2,
     },
     "target_period": {

@@ -283,7 +283,7 @@ def test_the_study_run_is_closed_with_its_cells_and_running_again_while_a_rerun_
     assert client.get_run(parent.info.run_id).data.metrics["points_complete"] == 2
 
 
-@pytest.mark.parametrize("study", ["replay_ratio", "parallel", "workers"])
+@pytest.mark.parametrize("study", ["replay_ratio", "parallel", "workers", "writers"])
 def test_each_finding_study_runs_its_smoke_preset(tmp_path, study):
     res = subprocess.run([sys.executable, str(ROOT / "sweeps" / f"{study}.py"), "--preset", "smoke", "--quiet",
                           "--results", str(tmp_path), "--no-report"], capture_output=True, text=True, timeout=300,
@@ -293,6 +293,6 @@ def test_each_finding_study_runs_its_smoke_preset(tmp_path, study):
     from analysis.load import load
 
     table, _ = load(f"sqlite:///{tmp_path / 'mlflow.db'}", study, f"{study}-smoke")
-    assert len(table) == 4 and table["outcome"].eq("completed").all()  # 2 variants x 2 seeds
-    varied = {"replay_ratio": "reset", "parallel": "mode", "workers": "worker_step_delay_s"}[study]
+    assert len(table) == (2 if study == "writers" else 4) and table["outcome"].eq("completed").all()  # x 2 seeds
+    varied = {"replay_ratio": "reset", "parallel": "mode", "workers": "worker_step_delay_s", "writers": "writers"}[study]
     assert table[varied].astype(str).nunique() == 2  # the variant's fields reached the runs

@@ -112,6 +112,17 @@ class StackedQ:
         return torch.baddbmm(b.unsqueeze(1), h, w.transpose(1, 2)), acts
 
 
+def load_flat_(net: StackedQ, flat: np.ndarray) -> None:
+    """Set the stacked parameters from ``flat`` (K vectors back to back, ``ParamLayout`` order)."""
+    rows = torch.from_numpy(np.asarray(flat, dtype=np.float32)).reshape(net.replicas, -1)
+    pos = 0
+    with torch.no_grad():
+        for t in net.tensors:
+            n = t[0].numel()
+            t.copy_(rows[:, pos : pos + n].reshape(t.shape).to(t.device))
+            pos += n
+
+
 def flatten_into(net: QNetwork | StackedQ, out: np.ndarray) -> None:
     """Copy the parameters of ``net`` into the float32 vector ``out``: for a :class:`StackedQ` the K
     replicas' vectors back to back, each in ``ParamLayout`` order."""

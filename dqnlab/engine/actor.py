@@ -198,7 +198,7 @@ class Actor:
                 env.close()
 
 
-def actor_main(worker: int, config: Config, replay, weights, layout, board: ActorBoard) -> None:
+def actor_main(worker: int, config: Config, replay, weights, layout, board: ActorBoard, naive=None) -> None:
     """Entry point of an actor process (forked): loop until STOP; on error, post the traceback."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it stops us
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -214,6 +214,13 @@ def actor_main(worker: int, config: Config, replay, weights, layout, board: Acto
     actor = None
     exit_code = 0
     try:
+        if naive is not None:  # a naive setup's worker: it learns too (dqnlab.engine.naive)
+            from dqnlab.engine.naive import naive_worker
+            from dqnlab.threads import set_threads as _threads
+
+            _threads(1)
+            actor = naive_worker(worker, config, replay, layout, board, naive, parent_alive)
+            raise SystemExit(0)
         actor = Actor(worker, config, replay, weights, layout, board, parent_alive)
         attempt = 0
         while True:

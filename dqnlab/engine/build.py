@@ -15,6 +15,7 @@ from dqnlab.agent.policy import ParamLayout
 from dqnlab.config import Config
 from dqnlab.engine.actor import ActorBoard
 from dqnlab.engine.limiter import RateLimiter
+from dqnlab.engine.naive import NaiveShared
 from dqnlab.engine.replay import SharedReplay
 from dqnlab.engine.shared import SharedArena
 from dqnlab.engine.weights import WeightBroadcast
@@ -33,6 +34,8 @@ class EngineParts:
     board: ActorBoard
     pool: ActorPool
     arena: SharedArena
+    naive: NaiveShared | None = None
+    """The shared vector and counters of a naive setup (``writers`` != ``single``)."""
 
     def publish(self) -> None:
         """Copy the learner's parameters to the actors' broadcast, versioned by its update count."""
@@ -56,10 +59,16 @@ def build(config: Config, obs_dim: int, num_actions: int) -> EngineParts:
                           r.total_env_steps, r.replicas)  # fmt: skip
     weights = WeightBroadcast(arena, r.replicas * layout.size)
     board = ActorBoard(arena, c.env.num_workers)
+    naive = None
+    if r.writers != "single":
+        naive = NaiveShared(arena, layout.size, limiter.max_updates, mp.get_context("fork").Lock())
     arena.allocate()
     replay.bind()
     board.bind()
-    pool = ActorPool(config, replay, weights, layout, board)
-    parts = EngineParts(config, limiter, learner, layout, replay, weights, board, pool, arena)
+    pool = ActorPool(config, replay, weights, layout, board, naive)
+    parts = EngineParts(config, limiter, learner, layout, replay, weights, board, pool, arena, naive)
     parts.publish()
+    if naive is not None:
+        naive.bind()
+        flatten_into(learner.net, naive.params)
     return parts

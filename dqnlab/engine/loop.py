@@ -13,8 +13,10 @@ import numpy as np
 import torch
 
 from dqnlab.agent.collapse import collapse_signs
+from dqnlab.agent.networks import load_flat_
 from dqnlab.engine.build import EngineParts
 from dqnlab.engine.evaluator import Evaluator
+from dqnlab.engine.naive import DONE
 from dqnlab.engine.replay import GO, STOP, wait_backoff
 from dqnlab.engine.result import ReplicaResult, RunFailed, RunResult
 from dqnlab.engine.window import MetricsWindow
@@ -79,6 +81,8 @@ class Engine:
 
     # --- scheduling ----------------------------------------------------------------------------
     def _loop(self) -> str:
+        if self.parts.naive is not None:
+            return self._naive_loop()
         p = self.parts
         r = p.config.run
         learner, replay, limiter, pool = p.learner, p.replay, p.limiter, p.pool
@@ -119,6 +123,40 @@ class Engine:
             if self.evaluator.due(replay.env_steps) and not self._evaluate():
                 return "diverged"
 
+    def _naive_loop(self) -> str:
+        """A naive setup: the workers learn; this process watches, evaluates and logs the shared vector."""
+        p = self.parts
+        r, replay, counters = p.config.run, p.replay, p.naive.counters
+        total, next_log, next_housekeeping = r.total_env_steps, r.log_every, 0.0
+        while True:
+            done, env_steps = int(counters[DONE]), replay.env_steps
+            if self.probe is None and env_steps >= r.learning_starts:
+                self.probe = torch.from_numpy(replay.sample_obs(self.rngs, r.probe_size))
+            if env_steps >= total and done >= p.limiter.max_updates:
+                return "completed"
+            if done >= next_log:
+                next_log = (done // r.log_every + 1) * r.log_every
+                if not self._log(None):
+                    return "diverged"
+            now = time.monotonic()
+            if now >= next_housekeeping:
+                next_housekeeping = now + HOUSEKEEPING_S
+                p.pool.health_check()
+                self.cb.on_progress(env_steps, done, total, now - self.t0)
+            if self.evaluator.due(env_steps) and not self._evaluate():
+                return "diverged"
+            time.sleep(1e-3)
+
+    def _sync_from_workers(self) -> None:
+        """A naive setup: the learner's network (evaluated, probed) becomes the shared vector."""
+        naive = self.parts.naive
+        if naive is None:
+            return
+        flat = np.empty_like(naive.params)
+        naive.snapshot(flat)
+        load_flat_(self.parts.learner.net, flat)
+        self.parts.learner.updates = int(naive.counters[DONE])
+
     def _finish(self, status: str) -> str:
         """A last evaluation (unless one was just taken at this env step) and a last log point of every
         replica still active. Every replica diverged: nothing is left to evaluate or log."""
@@ -136,6 +174,7 @@ class Engine:
     def _evaluate(self) -> bool:
         """Record one evaluation of every active replica at its own env step. A replica whose weights
         are not finite is not evaluated: it is frozen, its divergence logged. False if none is left."""
+        self._sync_from_workers()
         stamp = self.window.stamp(time.monotonic() - self.t0)
         results = self.evaluator.evaluate(self.parts.learner.net, stamp[ENV_STEPS], self.active)
         for k, metrics in results.items():
@@ -149,6 +188,7 @@ class Engine:
         """Record a log point of every active replica with its collapse signs; a replica that has
         hard-diverged is frozen (this is its last record). Returns whether any replica is left."""
         p = self.parts
+        self._sync_from_workers()
         active = self.active
         points = self.window.log_points(time.monotonic() - self.t0, stats, active, read_episodes)
         signs = collapse_signs(p.learner, self.probe, self._reward_bounds(), p.config.agent.gamma)

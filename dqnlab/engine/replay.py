@@ -247,6 +247,20 @@ class SharedReplay:
             self.sampled[k] += np.bincount(batch.worker[k], minlength=self.num_workers)
         return batch
 
+    def sample_worker(self, rng: np.random.Generator, batch_size: int, worker: int) -> Batch:
+        """One replica's uniform batch over the resident transitions ``worker`` produced (the naive
+        ``local_copies`` setup trains each copy on its own data). Not counted in ``sampled``."""
+        a = self._a
+        with self._locked(None):
+            size = min(int(self._counters[1]), self.capacity)
+            own = np.flatnonzero(a["worker"][:size] == worker)
+            idx = own[rng.integers(0, len(own), size=batch_size)][None, :]
+            rows = np.zeros((1, 1), dtype=np.int64)
+            return Batch(obs=a["obs"][idx, rows], actions=a["actions"][idx, rows], rewards=a["rewards"][idx, rows],
+                         next_obs=a["next_obs"][idx, rows], terminated=a["terminated"][idx, rows],
+                         truncated=a["truncated"][idx, rows], worker=a["worker"][idx], version=a["version"][idx],
+                         seq=a["seq"][idx], insert_updates=a["insert_updates"][idx])  # fmt: skip
+
     def sample_obs(self, rngs: list[np.random.Generator], n: int) -> np.ndarray:
         """Per replica, ``n`` distinct resident observations (the diagnostics probe batch): ``(K, n, obs_dim)``."""
         with self._locked(None):

@@ -11,12 +11,16 @@ from dqnlab.engine.actor import epsilon_for
 from dqnlab.engine.build import EngineParts
 from dqnlab.engine.limiter import realised_utd
 from dqnlab.engine.meters import LagMeter, ThroughputMeter
+from dqnlab.engine.naive import DONE, RACED, WRITES, lost_updates
 from dqnlab.metrics import (
     ACTOR_WAIT_S,
     ENV_STEPS,
     EPSILON_MEAN,
     LEARNER_WAIT_S,
     LIMITER_BOUND,
+    LOST_UPDATE_FRAC,
+    LOST_UPDATES,
+    RACED_WRITE_FRAC,
     RESETS,
     TARGET_UPDATES,
     TD_LOSS,
@@ -66,6 +70,16 @@ class MetricsWindow:
             shared[worker_share(w, "resident")] = resident[w] / max(resident.sum(), 1)
         shared[TARGET_UPDATES] = learner.target_updates
         shared[RESETS] = learner.resets
+        lost, raced = 0, 0.0  # the single learner loses and races nothing
+        if p.naive is not None:
+            with p.naive.lock:
+                counts = p.naive.counters
+                if p.config.run.writers == "local_copies":
+                    lost = lost_updates(p.naive.lineage, int(counts[DONE]))
+                raced = float(counts[RACED]) / max(int(counts[WRITES]), 1)
+        shared[LOST_UPDATES] = float(lost)
+        shared[LOST_UPDATE_FRAC] = lost / max(updates, 1)
+        shared[RACED_WRITE_FRAC] = raced
         lags = self.lag.pop()
         losses = learner.pop_mean_loss()
         episodes = replay.new_episodes() if read_episodes else []

@@ -31,8 +31,10 @@ class ActorPool:
     the caller guarantees the process has no other thread). ``serial``: :class:`Actor` objects that
     :meth:`step_one` steps in the learner's process, round-robin, through the same code path."""
 
-    def __init__(self, config: Config, replay: SharedReplay, weights: WeightBroadcast, layout, board: ActorBoard):
+    def __init__(self, config: Config, replay: SharedReplay, weights: WeightBroadcast, layout, board: ActorBoard,
+                 naive=None):  # fmt: skip
         self.config, self.replay, self.weights, self.layout, self.board = config, replay, weights, layout, board
+        self.naive = naive  # a naive setup's shared state: its workers also learn
         self.procs: list[mp.Process] = []
         self.actors: list[Actor] = []
         self.stopped = False
@@ -55,7 +57,7 @@ class ActorPool:
         for w in range(c.env.num_workers):
             p = ctx.Process(
                 target=actor_main,
-                args=(w, c, self.replay, self.weights, self.layout, self.board),
+                args=(w, c, self.replay, self.weights, self.layout, self.board, self.naive),
                 name=f"dqnlab-actor-{w}",
                 daemon=True,
             )

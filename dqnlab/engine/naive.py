@@ -1,0 +1,248 @@
+"""The naive setups, as measured counterexamples to the single learner (``writers`` != ``single``).
+
+- ``hogwild``: every worker also samples from the shared replay and applies gradient steps to one
+  parameter vector in shared memory, with no lock (PyTorch's Hogwild example; each worker its own
+  Adam state and target copy). A write *races* when another worker's write is in progress at the
+  same time (both started before either finished): the two optimizer steps interleave on the same
+  floats.
+- ``local_copies``: what users describe: each worker trains its own copy on its own transitions
+  between syncs (every ``sync_every`` of its env steps it reads the shared vector), and writes its
+  whole vector back after every update; the last writer wins. Which updates each vector contains is
+  tracked exactly (:class:`LineageBook`: one bit per update); a *lost update* is one the shared
+  vector does not contain: overwritten by a write that did not build on it, and not brought back by
+  a later write that did. At the end of a run the count is exact: the updates whose effect the
+  final parameters do not contain.
+
+The total number of updates follows ``utd`` exactly, as with the single learner (workers claim
+them under a lock; the limiter's update counter is their sum). The learner process only
+evaluates, logs and checks divergence, on the shared vector.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from dqnlab.agent.batch import Batch
+from dqnlab.agent.learner import td_target
+from dqnlab.agent.networks import QNetwork, flatten_into
+from dqnlab.agent.policy import ParamLayout
+from dqnlab.config import Config
+from dqnlab.engine.replay import SharedReplay
+from dqnlab.engine.shared import SharedArena
+
+# counters of the naive shared state
+CLAIMED, DONE, WRITES, RACED, IN_FLIGHT, STARTED, OVERWRITTEN = range(7)
+
+
+class LineageBook:
+    """Which updates one worker's copy contains, against the shared vector's: one bit per update id
+    (pure bookkeeping; ``shared`` is a bool array in shared memory, one entry per owed update).
+
+    ``read()``: the copy becomes the shared vector; ``update(uid)``: the copy takes update ``uid``;
+    ``write()``: the copy replaces the shared vector, returning how many updates the shared vector
+    held that the copy does not (overwritten now). :func:`lost_updates` counts what the shared
+    vector lacks of the updates applied."""
+
+    def __init__(self, shared: np.ndarray):
+        self.shared = shared
+        self.local = np.zeros_like(shared)
+
+    def read(self) -> None:
+        self.local[:] = self.shared
+
+    def update(self, uid: int) -> None:
+        self.local[uid] = True
+
+    def write(self) -> int:
+        overwritten = int((self.shared & ~self.local).sum())
+        self.shared[:] = self.local
+        return overwritten
+
+
+def lost_updates(shared: np.ndarray, applied: int) -> int:
+    """Updates applied whose effect the shared vector does not contain."""
+    return applied - int(shared[:applied].sum())
+
+
+class NaiveShared:
+    """Shared memory of the naive setups: the parameter vector, the counters and the lineage."""
+
+    def __init__(self, arena: SharedArena, num_params: int, max_updates: int, lock):
+        self.lock = lock
+        self._arena = arena
+        arena.add("naive.params", num_params, np.float32)
+        arena.add("naive.counters", 7, np.int64)
+        arena.add("naive.lineage", max(1, max_updates), np.bool_)  # which updates the shared vector contains
+
+    def bind(self) -> None:
+        a = self._arena.arrays
+        self.params, self.counters, self.lineage = a["naive.params"], a["naive.counters"], a["naive.lineage"]
+
+    def snapshot(self, out: np.ndarray) -> None:
+        """A whole copy of the shared vector (under the lock: local_copies writes are whole; hogwild
+        writes are not locked and a copy may catch one half done, as its own workers do)."""
+        with self.lock:
+            out[:] = self.params
+
+
+class WorkerUpdates:
+    """A naive worker's gradient steps: claims the updates the data owe, samples, steps, writes."""
+
+    def __init__(self, worker: int, config: Config, replay: SharedReplay, shared: NaiveShared, layout: ParamLayout,
+                 obs_dim: int, num_actions: int):  # fmt: skip
+        self.worker, self.config, self.replay, self.shared = worker, config, replay, shared
+        self.mode = config.run.writers
+        n = config.network
+        self.net = QNetwork(obs_dim, num_actions, n.hidden_sizes, n.layer_norm)
+        self.layout = layout
+        self._flat = np.zeros(layout.size, dtype=np.float32)
+        if self.mode == "hogwild":  # the parameters are the shared floats themselves
+            views = layout.views(shared.params)
+            for name, p in self.net.named_parameters():
+                p.data = torch.from_numpy(views[name])
+        else:
+            self.book = LineageBook(shared.lineage)
+            self.sync()
+        self.target = copy.deepcopy(self.net)
+        for p in self.target.parameters():
+            p.requires_grad_(False)
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=config.agent.lr)
+        self.rng = np.random.default_rng([config.run.seed, worker, 7])
+        self._target_copies = 0
+
+    def sync(self) -> None:
+        """local_copies: the copy becomes the shared vector again (with its lineage)."""
+        with self.shared.lock:
+            flat = torch.from_numpy(self.shared.params.copy())
+            self.book.read()
+        with torch.no_grad():
+            for p, view in zip(self.net.parameters(), self.layout.views(flat).values()):
+                p.copy_(view)
+
+    def acting_params(self, out: np.ndarray) -> None:
+        """The parameters this worker acts with: the shared vector (hogwild) or its own copy."""
+        flatten_into(self.net, out)
+
+    def _claim(self) -> int | None:
+        """The id of the next update the data owe, claimed for this worker; None if none is owed."""
+        r = self.config.run
+        with self.shared.lock:
+            owed = math.floor(self.config.agent.utd * (self.replay.env_steps - r.learning_starts) + 1e-9)
+            c = self.shared.counters
+            if self.replay.env_steps < r.learning_starts or c[CLAIMED] >= owed:
+                return None
+            c[CLAIMED] += 1
+            return int(c[CLAIMED]) - 1
+
+    def run_owed(self) -> int:
+        """Claim and take every update the data owe now; returns how many this worker took."""
+        done = 0
+        while (uid := self._claim()) is not None:
+            self._update(uid)
+            done += 1
+        return done
+
+    def _update(self, uid: int) -> None:
+        a = self.config.agent
+        batch = self._sample()
+        obs, actions, rewards, next_obs, terminated = (torch.from_numpy(x[0]) for x in (
+            batch.obs, batch.actions, batch.rewards, batch.next_obs, batch.terminated))  # fmt: skip
+        with torch.no_grad():
+            y = td_target(rewards, terminated, self.target(next_obs), a.gamma, self.net(next_obs) if a.double_dqn else None)
+        q = self.net(obs).gather(1, actions.unsqueeze(1)).squeeze(1)
+        loss = F.smooth_l1_loss(q, y)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.net.parameters(), a.max_grad_norm)
+        c = self.shared.counters
+        if self.mode == "hogwild":
+            with self.shared.lock:
+                racing = c[IN_FLIGHT] > 0
+                c[IN_FLIGHT] += 1
+                c[STARTED] += 1
+                started = c[STARTED]
+            self.opt.step()  # straight into the shared floats, no lock
+            with self.shared.lock:
+                c[IN_FLIGHT] -= 1
+                c[WRITES] += 1
+                c[RACED] += int(racing or c[STARTED] != started)
+                c[DONE] += 1
+                self.replay.set_updates(int(c[DONE]))
+        else:
+            self.opt.step()
+            self.book.update(uid)
+            flatten_into(self.net, self._flat)
+            with self.shared.lock:
+                c[OVERWRITTEN] += self.book.write()
+                self.shared.params[:] = self._flat  # the whole vector: the last writer wins
+                c[WRITES] += 1
+                c[DONE] += 1
+                self.replay.set_updates(int(c[DONE]))
+        done = int(c[DONE])
+        if done // a.target_period > self._target_copies:  # hard copy on the global update count
+            self._target_copies = done // a.target_period
+            with torch.no_grad():
+                for t, p in zip(self.target.parameters(), self.net.parameters()):
+                    t.copy_(p)
+
+    def _sample(self) -> Batch:
+        if self.mode == "hogwild":
+            return self.replay.sample([self.rng], self.config.agent.batch_size)
+        return self.replay.sample_worker(self.rng, self.config.agent.batch_size, self.worker)
+
+
+class NaiveWeights:
+    """What a naive worker's actor reads at each sync: its own parameters (local_copies: after taking
+    the shared vector again), versioned by the updates done."""
+
+    def __init__(self, updates: WorkerUpdates):
+        self.updates = updates
+
+    def read_into(self, out: np.ndarray) -> int:
+        if self.updates.mode == "local_copies":
+            self.updates.sync()
+        self.updates.acting_params(out)
+        return int(self.updates.shared.counters[DONE])
+
+
+def naive_worker(worker: int, config: Config, replay: SharedReplay, layout: ParamLayout, board, shared: NaiveShared,
+                 parent_alive):  # fmt: skip
+    """A naive setup's worker process body: collect with an :class:`~dqnlab.engine.actor.Actor`, learn
+    with :class:`WorkerUpdates`. Returns the actor (closed by the caller)."""
+    from dqnlab.engine.actor import Actor
+
+    obs_dim = layout.shapes[layout.names.index("hidden.0.weight")][1]
+    num_actions = layout.shapes[layout.names.index("head.weight")][0]
+    updates = WorkerUpdates(worker, config, replay, shared, layout, obs_dim, num_actions)
+    actor = Actor(worker, config, replay, NaiveWeights(updates), layout, board, parent_alive)
+    naive_worker_loop(actor, updates, replay, board, worker, parent_alive)
+    return actor
+
+
+def naive_worker_loop(actor, updates: WorkerUpdates, replay: SharedReplay, board, worker: int, parent_alive) -> None:
+    """Collect and learn until the budget is spent and every owed update is taken."""
+    from dqnlab.engine.replay import GO, STOP, wait_backoff
+
+    total = updates.config.run.total_env_steps
+    attempt = 0
+    while True:
+        code = actor.try_step()
+        took = updates.run_owed()
+        if code == STOP and replay.env_steps >= total and not took:
+            with updates.shared.lock:
+                owed = math.floor(updates.config.agent.utd * (total - updates.config.run.learning_starts) + 1e-9)
+                if updates.shared.counters[CLAIMED] >= owed:
+                    return
+        if code == GO or took:
+            attempt = 0
+            continue
+        parent_alive()
+        board.heartbeat[worker] = time.monotonic()
+        board.wait_s[worker] += wait_backoff(attempt)
+        attempt += 1

@@ -1,0 +1,44 @@
+"""Finding 1: are updates from different processes overwriting each other? The single learner
+beside the naive setups, measured on the same env, network and replay ratio.
+
+    python sweeps/writers.py --preset single   # the design: 10 seeds per cell as replicas
+    python sweeps/writers.py --preset naive    # hogwild and local_copies, 10 seeds as 10 trials each
+    python sweeps/writers.py --preset smoke
+
+CartPole-v1, 8,000 env steps, 2 and 4 workers, UTD 1 and 4. Trials run one at a time: how often
+writes race depends on the cores each worker gets.
+"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from analysis.report import build_report  # noqa: E402
+from dqnlab.study.cli import sweep_main  # noqa: E402
+
+BASE = dict(env_id="CartPole-v1", total_env_steps=8000, learning_starts=1000, eval_every_steps=1000, eval_episodes=5,
+            log_every=250, target_period=500)  # fmt: skip
+
+PRESETS = {
+    "single": {
+        "base": dict(BASE, writers="single", replicas=10),
+        "grid": {"num_workers": [2, 4], "utd": [1.0, 4.0]},
+        "jobs": 1,
+    },
+    "naive": {
+        "base": dict(BASE, replicas=1),
+        "grid": {"writers": ["hogwild", "local_copies"], "num_workers": [2, 4], "utd": [1.0, 4.0],
+                 "seed": list(range(10))},  # fmt: skip
+        "jobs": 1,
+    },
+    "smoke": {
+        "base": dict(env_id="CartPole-v1", total_env_steps=1200, learning_starts=400, batch_size=32,
+                     probe_size=64, hidden_sizes=(32, 32), log_every=100, eval_every_steps=400, eval_episodes=2,
+                     num_workers=2),  # fmt: skip
+        "grid": {"writers": ["single", "local_copies"]},
+    },
+}
+
+if __name__ == "__main__":
+    sys.exit(sweep_main("writers", PRESETS, "naive", report=build_report, objective="eval"))
