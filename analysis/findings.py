@@ -2,9 +2,10 @@
 
     python analysis/findings.py --results results --out docs/
 
-Each ``finding_*`` function takes the tidy tables of :mod:`analysis.load` for its study, saves its
-figure under ``out`` and returns Markdown: the numbers (IQM over seeds with 95% bootstrap CIs,
-per cell) that the findings page quotes. Statistics are per cell, never pooled across cells.
+Each ``finding_*`` function takes the tidy tables of :mod:`analysis.load` for its study and returns a
+:class:`Finding`: the numbers (IQM over seeds with 95% bootstrap CIs, per cell) that the findings
+page quotes, as Markdown, and the figure (a notebook shows it inline; ``main`` saves it under ``out``).
+Statistics are per cell, never pooled across cells.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import argparse
 import math
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -20,6 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 
 from analysis.cells import cell_table, returns_of  # noqa: E402
 from analysis.load import load  # noqa: E402
@@ -28,6 +31,14 @@ from analysis.stats import bootstrap_ci, difference_ci, probability_of_improveme
 from dqnlab import metrics as M  # noqa: E402
 
 MITIGATION_ORDER = ["plain", "layernorm", "head_reset", "shrink_perturb"]
+
+
+class Finding(NamedTuple):
+    """What a finding shows: its numbers as Markdown, its figure, and the file name it is saved as."""
+
+    text: str
+    figure: Figure
+    filename: str
 
 
 def _fmt(point: float, low: float, high: float, digits: int = 0) -> str:
@@ -52,12 +63,24 @@ def _curves(hist: pd.DataFrame, runs: pd.DataFrame, metric: str, key: str) -> pd
     return pd.DataFrame(rows)
 
 
+def _iqm_by(runs: pd.DataFrame, key: str, order: list[str]) -> pd.DataFrame:
+    """Per value of ``key`` (one cell each): the IQM of the final return over seeds with its 95% CI."""
+    rows = [(v, *bootstrap_ci(returns_of(runs[runs[key] == v]), reps=1000)) for v in order]
+    return pd.DataFrame(rows, columns=[key, "iqm", "low", "high"])
+
+
+def _learned_panel(ax, f: pd.DataFrame, key: str) -> None:
+    ax.errorbar(range(len(f)), f["iqm"], yerr=[f["iqm"] - f["low"], f["high"] - f["iqm"]], fmt="o", capsize=3)
+    ax.set_xticks(range(len(f)), f[key], rotation=30)
+    ax.set(ylabel="final greedy return (IQM, 95% CI)", title="what was learned")
+
+
 def _final(runs: pd.DataFrame, metric: str) -> pd.Series:
     return runs[f"final_{metric}"] if f"final_{metric}" in runs else pd.Series(np.nan, index=runs.index)
 
 
 # --- finding 4: replay ratio -------------------------------------------------------------------------
-def finding_replay_ratio(studies: dict[str, tuple[pd.DataFrame, pd.DataFrame]], out: Path) -> str:
+def finding_replay_ratio(studies: dict[str, tuple[pd.DataFrame, pd.DataFrame]]) -> Finding:
     """``studies``: env name -> (runs, hist) of the cartpole/acrobot presets."""
     envs = list(studies)
     fig, axes = plt.subplots(len(envs), 4, figsize=(21, 4.4 * len(envs)), squeeze=False)
@@ -118,11 +141,10 @@ def finding_replay_ratio(studies: dict[str, tuple[pd.DataFrame, pd.DataFrame]], 
     axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     fig.suptitle("What does a higher replay ratio do to a small DQN, and what buys it back? (10 seeds per cell)")
     fig.tight_layout()
-    save(fig, out / "finding_replay_ratio.png")
-    return "\n".join(md)
+    return Finding("\n".join(md), fig, "finding_replay_ratio.png")
 
 
-def finding_target_period(runs: pd.DataFrame, out: Path) -> str:
+def finding_target_period(runs: pd.DataFrame) -> Finding:
     runs = runs.assign(diverged=runs["collapse"].eq("diverged"))
     table = cell_table(runs, keep=("utd", "target_period"))
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.3))
@@ -149,8 +171,7 @@ def finding_target_period(runs: pd.DataFrame, out: Path) -> str:
         ax.legend(fontsize=8)
     fig.suptitle("Does a shorter target period diverge more often at high UTD? (CartPole-v1, plain DQN, 10 seeds)")
     fig.tight_layout()
-    save(fig, out / "finding_target_period.png")
-    return "\n".join(md)
+    return Finding("\n".join(md), fig, "finding_target_period.png")
 
 
 # --- finding 5: sample efficiency --------------------------------------------------------------------------
@@ -176,7 +197,7 @@ def _variant(row: pd.Series) -> str:
     return f"{row['limiter']}_{int(row['num_workers'])}"
 
 
-def finding_parallel(runs: pd.DataFrame, hist: pd.DataFrame, out: Path) -> str:
+def finding_parallel(runs: pd.DataFrame, hist: pd.DataFrame) -> Finding:
     runs = runs.assign(variant=runs.apply(_variant, axis=1))
     order = [v for v in ["serial_2", "strict_1", "strict_2", "strict_4", "free_1", "free_2", "free_4"]
              if v in set(runs["variant"])]  # fmt: skip
@@ -199,28 +220,22 @@ def finding_parallel(runs: pd.DataFrame, hist: pd.DataFrame, out: Path) -> str:
     md = ["| collection | realised UTD (median over seeds) | final return IQM [95% CI] | vs serial: IQM difference "
           "[95% CI] | vs serial: P(improvement) [95% CI] |", "|---|---|---|---|---|"]  # fmt: skip
     base = returns_of(runs[runs["variant"] == "serial_2"]) if "serial_2" in order else np.array([])
-    finals = []
-    for v in order:
+    f = _iqm_by(runs, "variant", order)
+    for v, point in zip(order, f[["iqm", "low", "high"]].itertuples(index=False)):
         sub = runs[runs["variant"] == v]
-        x = returns_of(sub)
-        point = bootstrap_ci(x, reps=1000)
-        finals.append((v, *point))
         realised = float(np.median(_final(sub, M.UTD_REALISED)))
         if v == "serial_2" or not len(base):
             md.append(f"| {v} | {realised:.3f} | {_fmt(*point)} | — | — |")
         else:
+            x = returns_of(sub)
             d = difference_ci([x], [base], reps=1000)
             p = probability_of_improvement([x], [base], reps=1000)
             md.append(f"| {v} | {realised:.3f} | {_fmt(*point)} | {_fmt(*d)} | {_fmt(*p, digits=2)} |")
-    f = pd.DataFrame(finals, columns=["variant", "iqm", "low", "high"])
-    axes[2].errorbar(range(len(f)), f["iqm"], yerr=[f["iqm"] - f["low"], f["high"] - f["iqm"]], fmt="o", capsize=3)
-    axes[2].set_xticks(range(len(f)), f["variant"], rotation=30)
-    axes[2].set(ylabel="final greedy return (IQM, 95% CI)", title="what was learned")
+    _learned_panel(axes[2], f, "variant")
     fig.suptitle("Does collecting in parallel change what is learned at the same replay ratio? (CartPole-v1, UTD 1, "
                  "10 seeds per cell)")  # fmt: skip
     fig.tight_layout()
-    save(fig, out / "finding_parallel.png")
-    return "\n".join(md)
+    return Finding("\n".join(md), fig, "finding_parallel.png")
 
 
 # --- finding 2: heterogeneous workers ---------------------------------------------------------------------------
@@ -231,7 +246,7 @@ def _workers_variant(row: pd.Series) -> str:
             (True, True): "slow_and_long"}[(slow, long)]  # fmt: skip
 
 
-def finding_workers(runs: pd.DataFrame, out: Path) -> str:
+def finding_workers(runs: pd.DataFrame) -> Finding:
     runs = runs.assign(variant=runs.apply(_workers_variant, axis=1))
     order = [v for v in ["homogeneous", "one_slow", "one_long_episodes", "slow_and_long"] if v in set(runs["variant"])]
     rows = []
@@ -249,71 +264,130 @@ def finding_workers(runs: pd.DataFrame, out: Path) -> str:
     md = ["| workers | worker 1 produced | worker 1 resident | worker 1 sampled | final return IQM [95% CI] | "
           "vs homogeneous: P(improvement) [95% CI] |", "|---|---|---|---|---|---|"]  # fmt: skip
     base = returns_of(runs[runs["variant"] == "homogeneous"])
-    finals = []
-    for v in order:
+    f = _iqm_by(runs, "variant", order)
+    for v, point in zip(order, f[["iqm", "low", "high"]].itertuples(index=False)):
         sub = runs[runs["variant"] == v]
         share = {k: float(np.median(sub[f"final_{M.worker_share(1, k)}"])) for k in ("produced", "resident", "sampled")}
         x = returns_of(sub)
-        point = bootstrap_ci(x, reps=1000)
-        finals.append((v, *point))
         vs = "—" if v == "homogeneous" else _fmt(*probability_of_improvement([x], [base], reps=1000), digits=2)
         md.append(f"| {v} | {share['produced']:.3f} | {share['resident']:.3f} | {share['sampled']:.3f} | "
                   f"{_fmt(*point)} | {vs} |")  # fmt: skip
-    f = pd.DataFrame(finals, columns=["variant", "iqm", "low", "high"])
-    axes[1].errorbar(range(len(f)), f["iqm"], yerr=[f["iqm"] - f["low"], f["high"] - f["iqm"]], fmt="o", capsize=3)
-    axes[1].set_xticks(range(len(f)), f["variant"], rotation=30)
-    axes[1].set(ylabel="final greedy return (IQM, 95% CI)", title="what was learned")
+    _learned_panel(axes[1], f, "variant")
     fig.suptitle("Are a slow worker's or a long-episode worker's transitions ignored? (CartPole-v1, UTD 1, 2 workers, "
                  "10 seeds per cell; shares: medians over seeds, 95% CI)")  # fmt: skip
     fig.tight_layout()
-    save(fig, out / "finding_workers.png")
-    return "\n".join(md)
+    return Finding("\n".join(md), fig, "finding_workers.png")
+
+
+# --- finding 1: one writer, nothing overwritten ------------------------------------------------------------------
+WRITERS_ORDER = ["single", "hogwild", "local_copies"]
+
+
+def owed_updates(runs: pd.DataFrame) -> pd.Series:
+    """What the limiter owes each run at its end: ``floor(utd * (total_env_steps - learning_starts))``."""
+    return np.floor(runs["utd"] * (runs["total_env_steps"] - runs["learning_starts"]) + 1e-9)
+
+
+def finding_writers(runs: pd.DataFrame) -> Finding:
+    """The single learner beside the naive writers, per cell (writers x workers x UTD): final return,
+    divergence, lost-update fraction (``local_copies``) and raced-write fraction (``hogwild``)."""
+    runs = runs.assign(diverged=runs["collapse"].eq("diverged"),
+                       cell=runs.apply(lambda r: f"{int(r['num_workers'])} workers, UTD {r['utd']:g}", axis=1))  # fmt: skip
+    cells = sorted(runs["cell"].unique(), key=lambda c: (float(c.split("UTD ")[1]), c))
+    order = [w for w in WRITERS_ORDER if w in set(runs["writers"])]
+    fig, axes = plt.subplots(1, 3, figsize=(19, 4.6))
+    width = 0.8 / len(order)
+    md = ["| cell | writers | seeds | final return IQM [95% CI] | diverged | lost-update fraction (median [min, max]) | "
+          "raced-write fraction (median) | updates = owed | vs single: P(improvement) [95% CI] |",
+          "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for j, w in enumerate(order):
+        xs = np.arange(len(cells)) + (j - (len(order) - 1) / 2) * width
+        f = _iqm_by(runs[runs["writers"] == w], "cell", cells)
+        axes[0].errorbar(xs, f["iqm"], yerr=[f["iqm"] - f["low"], f["high"] - f["iqm"]], fmt="o", capsize=3, label=w)
+        lost = [runs[(runs["writers"] == w) & (runs["cell"] == c)] for c in cells]
+        axes[1].bar(xs, [float(np.median(_final(g, M.LOST_UPDATE_FRAC))) if len(g) else np.nan for g in lost], width,
+                    label=f"{w}: lost updates")  # fmt: skip
+        axes[1].scatter(xs, [float(np.median(_final(g, M.RACED_WRITE_FRAC))) if len(g) else np.nan for g in lost],
+                        marker="x", color="black", zorder=3, label="raced writes" if j == 0 else None)  # fmt: skip
+        axes[2].bar(xs, [g["diverged"].mean() if len(g) else np.nan for g in lost], width, label=w)
+    base = {c: returns_of(runs[(runs["writers"] == "single") & (runs["cell"] == c)]) for c in cells}
+    for c in cells:
+        for w in order:
+            g = runs[(runs["writers"] == w) & (runs["cell"] == c)]
+            if g.empty:
+                continue
+            x = returns_of(g)
+            point = bootstrap_ci(x, reps=1000) if len(x) else (math.nan,) * 3
+            lost = _final(g, M.LOST_UPDATE_FRAC)
+            exact = int((_final(g, M.UPDATES) == owed_updates(g)).sum())
+            vs = ("—" if w == "single" or not len(x) or not len(base[c])
+                  else _fmt(*probability_of_improvement([x], [base[c]], reps=1000), digits=2))  # fmt: skip
+            md.append(f"| {c} | {w} | {len(g)} | {_fmt(*point)} | {int(g['diverged'].sum())}/{len(g)} | "
+                      f"{np.median(lost):.3f} [{lost.min():.3f}, {lost.max():.3f}] | "
+                      f"{np.median(_final(g, M.RACED_WRITE_FRAC)):.3f} | {exact}/{len(g)} | {vs} |")  # fmt: skip
+    for ax in axes:
+        ax.set_xticks(range(len(cells)), cells, rotation=20)
+        ax.legend(fontsize=8)
+    axes[0].set(ylabel="final greedy return (IQM, 95% CI)", title="what was learned")
+    axes[1].set(ylabel="fraction of updates (median over seeds)", title="updates lost / writes that raced")
+    axes[2].set(ylabel="fraction of seeds diverged", title="divergence (max |Q| above R_max/(1-gamma), or NaN)")
+    fig.suptitle("Do updates from different processes overwrite each other? One learner vs the naive writers "
+                 "(CartPole-v1, 10 seeds per cell)")  # fmt: skip
+    fig.tight_layout()
+    return Finding("\n".join(md), fig, "finding_writers.png")
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python analysis/findings.py", description=__doc__.splitlines()[0])
     p.add_argument("--results", default="results", help="the studies' results folder (mlflow.db)")
     p.add_argument("--out", default="docs", help="where the figures go")
-    p.add_argument("--only", nargs="*", help="replay_ratio target_period sample_efficiency parallel workers")
+    names = ["writers", "workers", "parallel", "replay_ratio", "target_period", "sample_efficiency"]
+    p.add_argument("--only", nargs="*", choices=names, help="which findings (default: all whose studies exist)")
     args = p.parse_args(argv)
     uri = f"sqlite:///{Path(args.results).resolve() / 'mlflow.db'}"
     out = Path(args.out)
-    want = set(args.only or ["replay_ratio", "target_period", "sample_efficiency", "parallel", "workers"])
+    want = set(args.only or names)
     sections = []
 
-    def study(experiment: str, name: str):
-        return load(uri, experiment, name)
+    def study(experiment: str, name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+        try:
+            return load(uri, experiment, name)
+        except ValueError:  # the experiment was never run here
+            return pd.DataFrame(), pd.DataFrame()
 
-    if "replay_ratio" in want:
-        studies = {}
-        for env, preset in (("CartPole-v1", "cartpole"), ("Acrobot-v1", "acrobot")):
-            try:
-                studies[env] = study("replay_ratio", f"replay_ratio-{preset}")
-            except ValueError:
-                continue
-        studies = {k: v for k, v in studies.items() if not v[0].empty}
-        if studies:
-            sections.append("## Finding 4: replay ratio\n" + finding_replay_ratio(studies, out))
-    if "target_period" in want:
-        runs, _ = study("replay_ratio", "replay_ratio-target_period")
-        if not runs.empty:
-            sections.append("## Finding 4b: target period\n" + finding_target_period(runs, out))
-    if "sample_efficiency" in want:
-        for name in ("replay_ratio-cartpole", "replay_ratio-sample_efficiency"):
-            try:
-                runs, hist = study("replay_ratio", name)
-            except ValueError:
-                continue
-            if not runs.empty:
-                sections.append(f"## Finding 5: sample efficiency ({name})\n" + finding_sample_efficiency(runs, hist))
-    if "parallel" in want:
-        runs, hist = study("parallel", "parallel-default")
-        if not runs.empty:
-            sections.append("## Finding 3: parallel vs serial\n" + finding_parallel(runs, hist, out))
+    def add(title: str, finding: Finding) -> None:
+        save(finding.figure, out / finding.filename)
+        sections.append(f"## {title}\n{finding.text}")
+
+    if "writers" in want:
+        parts = [study("writers", f"writers-{preset}")[0] for preset in ("single", "naive")]
+        runs = pd.concat([r for r in parts if not r.empty], ignore_index=True) if any(len(r) for r in parts) else None
+        if runs is not None:
+            add("Finding 1: one writer vs naive writers", finding_writers(runs))
     if "workers" in want:
         runs, _ = study("workers", "workers-default")
         if not runs.empty:
-            sections.append("## Finding 2: heterogeneous workers\n" + finding_workers(runs, out))
+            add("Finding 2: heterogeneous workers", finding_workers(runs))
+    if "parallel" in want:
+        runs, hist = study("parallel", "parallel-default")
+        if not runs.empty:
+            add("Finding 3: parallel vs serial", finding_parallel(runs, hist))
+    if "replay_ratio" in want:
+        studies = {env: study("replay_ratio", f"replay_ratio-{preset}")
+                   for env, preset in (("CartPole-v1", "cartpole"), ("Acrobot-v1", "acrobot"))}  # fmt: skip
+        studies = {k: v for k, v in studies.items() if not v[0].empty}
+        if studies:
+            add("Finding 4: replay ratio", finding_replay_ratio(studies))
+    if "target_period" in want:
+        runs, _ = study("replay_ratio", "replay_ratio-target_period")
+        if not runs.empty:
+            add("Finding 4b: target period", finding_target_period(runs))
+    if "sample_efficiency" in want:
+        for name in ("replay_ratio-cartpole", "replay_ratio-sample_efficiency"):
+            runs, hist = study("replay_ratio", name)
+            if not runs.empty:
+                sections.append(f"## Finding 5: sample efficiency ({name})\n" + finding_sample_efficiency(runs, hist))
+    out.mkdir(parents=True, exist_ok=True)
     text = "\n\n".join(sections) + "\n"
     (out / "findings_numbers.md").write_text(text)
     print(text)

@@ -282,7 +282,7 @@ def test_notebooks_execute_headlessly_and_show_their_table_and_figures(sweeps, t
 @pytest.fixture(scope="module")
 def finding_sweeps(tmp_path_factory):
     results = tmp_path_factory.mktemp("findings")
-    for study in ("replay_ratio", "parallel", "workers"):
+    for study in FINDING_STUDIES:
         res = subprocess.run([sys.executable, str(ROOT / "sweeps" / f"{study}.py"), "--preset", "smoke", "--quiet",
                               "--no-report", "--results", str(results)], capture_output=True, text=True, timeout=300,
                              cwd=ROOT)  # fmt: skip
@@ -290,11 +290,41 @@ def finding_sweeps(tmp_path_factory):
     return results
 
 
-@pytest.mark.parametrize("study", ["replay_ratio", "parallel", "workers"])
-def test_finding_notebooks_draw_their_figure_and_print_their_numbers(finding_sweeps, tmp_path, study, monkeypatch):
-    outputs = _execute(f"finding_{study}.ipynb", {"DQNLAB_RESULTS": str(finding_sweeps), "DQNLAB_STUDY": f"{study}-smoke",
-                                                 "DQNLAB_NOTEBOOK_OUT": str(tmp_path)}, monkeypatch)  # fmt: skip
-    text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
-    assert "|" in text and "[" in text, text[:500]  # a Markdown table with CIs
-    assert any("image/png" in o.get("data", {}) for o in outputs)
-    assert (tmp_path / f"finding_{study}.png").stat().st_size > 10_000
+FINDING_STUDIES = ["writers", "workers", "parallel", "replay_ratio"]
+
+
+@pytest.mark.parametrize("study", FINDING_STUDIES)
+def test_finding_notebooks_draw_their_figure_and_print_their_numbers(finding_sweeps, study, monkeypatch):
+    outputs = _execute(f"finding_{study}.ipynb", {"DQNLAB_RESULTS": str(finding_sweeps), "DQNLAB_STUDY": f"{study}-smoke"},
+                       monkeypatch)  # fmt: skip
+    markdown = "".join(o["data"]["text/markdown"] for o in outputs if "text/markdown" in o.get("data", {}))
+    assert "|" in markdown and "[" in markdown, markdown[:500]  # the finding's table, with CIs
+    tables = [o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {})]
+    assert sum("iqm" in t and "n_seeds" in t for t in tables) == 2, "the per-cell table, and the user's selection"
+    # inline figures: the finding's and the overlay of single seeds; a real plot is far larger than an empty canvas
+    figures = [o["data"]["image/png"] for o in outputs if "image/png" in o.get("data", {})]
+    assert len(figures) == 2 and len(figures[0]) > 40_000, [len(f) for f in figures]
+
+
+def test_findings_command_saves_every_figure_and_prints_the_numbers_of_each_study(finding_sweeps, tmp_path, monkeypatch):
+    """``analysis/findings.py`` on the studies' smoke presets (study names differ: it reads the default
+    names, so the smoke studies are renamed here by pointing it at them)."""
+    from analysis import findings
+
+    studies = {("writers", "writers-single"): "writers-smoke", ("workers", "workers-default"): "workers-smoke",
+               ("parallel", "parallel-default"): "parallel-smoke",
+               ("replay_ratio", "replay_ratio-cartpole"): "replay_ratio-smoke"}  # fmt: skip
+    real_load = findings.load
+    monkeypatch.setattr(findings, "load", lambda uri, exp, name: real_load(uri, exp, studies[(exp, name)])
+                        if (exp, name) in studies else real_load(uri, exp, "no-such-study"))  # fmt: skip
+    assert findings.main(["--results", str(finding_sweeps), "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "findings_numbers.md").read_text()
+    for section in ("Finding 1", "Finding 2", "Finding 3", "Finding 4", "Finding 5"):
+        assert f"## {section}" in text
+    assert "Finding 4b" not in text  # its study was not run: left out, not an error
+    for name in ("writers", "workers", "parallel", "replay_ratio"):
+        assert (tmp_path / f"finding_{name}.png").stat().st_size > 20_000
+    single = [line for line in text.splitlines() if "| single |" in line]
+    assert single and all("0.000 [0.000, 0.000]" in line for line in single), single  # the single learner loses nothing
+    assert all(line.split("|")[8].strip() == line.split("|")[3].strip() + "/" + line.split("|")[3].strip()
+               for line in single), single  # every update applied: updates == owed in every seed
