@@ -273,9 +273,13 @@ def test_every_evaluation_is_recorded_once_at_its_own_env_step(leak_guard, mode)
     assert result.final[EVAL_RETURN_BEST] == max(m[EVAL_RETURN_MEAN] for m in evals)
 
 
-def test_a_diverged_run_is_never_evaluated_on_non_finite_weights(leak_guard):
+@pytest.mark.parametrize("log_every, eval_every_steps", [(20, 100), (100_000, 25)],
+                         ids=["found-at-a-log-point", "found-by-the-evaluation"])  # fmt: skip
+def test_a_diverged_run_is_never_evaluated_on_non_finite_weights(leak_guard, log_every, eval_every_steps):
+    # second case: no log point comes before the end, so only the evaluation's own check can find the NaN
     config = small(lr=1e12, max_grad_norm=1e30, total_env_steps=20_000, learning_starts=200, probe_size=32,
-                   log_every=20, gamma=0.999, eval_every_steps=100, eval_episodes=1, mode="serial")  # fmt: skip
+                   log_every=log_every, gamma=0.999, eval_every_steps=eval_every_steps, eval_episodes=1,
+                   mode="serial")  # fmt: skip
     result = train(config)
     assert result.status == "diverged"
     diverged_at = next(m[ENV_STEPS] for m in result.history if m.get(HARD_DIVERGENCE) == 1.0)
