@@ -296,3 +296,23 @@ def test_each_finding_study_runs_its_smoke_preset(tmp_path, study):
     assert len(table) == (2 if study == "writers" else 4) and table["outcome"].eq("completed").all()  # x 2 seeds
     varied = {"replay_ratio": "reset", "parallel": "mode", "workers": "worker_step_delay_s", "writers": "writers"}[study]
     assert table[varied].astype(str).nunique() == 2  # the variant's fields reached the runs
+
+
+def test_the_default_utd_preset_runs_its_jobs_without_a_core_warning_on_two_cores(monkeypatch, capsys):
+    import importlib.util
+
+    from dqnlab.study.cli import build_parser, spec_from_args
+    from dqnlab.study.spec import warn_cpu_budget
+
+    path = ROOT / "sweeps" / "utd.py"
+    module = importlib.util.module_from_spec(spec := importlib.util.spec_from_file_location("utd_sweep", path))
+    spec.loader.exec_module(module)
+    args = build_parser("utd", module.PRESETS, "default").parse_args([])
+    study = spec_from_args("utd", args, module.PRESETS, "eval")
+    jobs = module.PRESETS["default"]["jobs"]
+    assert jobs == 2 and study.base["replicas"] >= 8  # both cores busy, >= 8 seeds per cell
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    warn_cpu_budget(study, jobs)
+    assert capsys.readouterr().err == ""
+    warn_cpu_budget(study, jobs + 1)  # and the warning does fire when the jobs outnumber the cores
+    assert "will compete" in capsys.readouterr().err
