@@ -160,7 +160,11 @@ def finding_target_period(runs: pd.DataFrame) -> Finding:
     for utd in utds:
         cells = []
         for period in sorted(runs["target_period"].unique()):
-            r = table[(table["utd"] == utd) & (table["target_period"] == period)].iloc[0]
+            row = table[(table["utd"] == utd) & (table["target_period"] == period)]
+            if row.empty:  # a combination the study did not run
+                cells.append("—")
+                continue
+            r = row.iloc[0]
             cells.append(f"{_fmt(r['iqm'], r['ci_low'], r['ci_high'])}, {int(r['diverged'])}/{int(r['n_seeds'])} div.")
         md.append(f"| {utd:g} | " + " | ".join(cells) + " |")
     for ax, ylabel in zip(axes, ["final greedy return (IQM, 95% CI)", "fraction of seeds diverged"]):
@@ -380,6 +384,10 @@ def main(argv: list[str] | None = None) -> int:
             add("Finding 4: replay ratio", finding_replay_ratio(studies))
     if "target_period" in want:
         runs, _ = study("replay_ratio", "replay_ratio-target_period")
+        plain, _ = study("replay_ratio", "replay_ratio-cartpole")  # its plain cells: target period 500
+        if not plain.empty:
+            plain = plain[~plain["layer_norm"].astype(bool) & (plain["reset"] == "none")]
+            runs = pd.concat([runs, plain], ignore_index=True) if not runs.empty else runs
         if not runs.empty:
             add("Finding 4b: target period", finding_target_period(runs))
     if "sample_efficiency" in want:
