@@ -21,9 +21,7 @@ def test_the_captured_gradient_step_is_the_learners_update(replicas, double_dqn)
     batches = bench.synthetic_batches(replicas, 8, 3, seed=1)
     for batch in batches:
         learner.update(batch)
-        tensors = [torch.from_numpy(x) for x in (batch.obs, batch.actions, batch.rewards, batch.next_obs,
-                                                  batch.terminated)]  # fmt: skip
-        bench.gradient_step(twin, tensors)
+        bench.gradient_step(twin, [torch.from_numpy(x) for x in bench.learner_arrays(batch)])
     for (name, p), q in zip(learner.net.named().items(), twin.net.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7, msg=name)
 
@@ -32,8 +30,7 @@ def test_the_gradient_step_moves_the_parameters_so_the_comparison_is_not_vacuous
     learner = bench.make_learner("cpu", 16, 8, 2)
     before = [p.detach().clone() for p in learner.net.parameters()]
     batch = bench.synthetic_batches(2, 8, 1)[0]
-    bench.gradient_step(learner, [torch.from_numpy(x) for x in (batch.obs, batch.actions, batch.rewards,
-                                                                 batch.next_obs, batch.terminated)])  # fmt: skip
+    bench.gradient_step(learner, [torch.from_numpy(x) for x in bench.learner_arrays(batch)])
     assert all(not torch.equal(b, p) for b, p in zip(before, learner.net.parameters()))
 
 

@@ -67,6 +67,11 @@ def eager_rate(device: str, width: int, batch: int, replicas: int, updates: int)
     return updates * replicas / (time.perf_counter() - t)
 
 
+def learner_arrays(batch: Batch) -> tuple[np.ndarray, ...]:
+    """The arrays of ``batch`` the update reads, in :func:`gradient_step`'s order."""
+    return batch.obs, batch.actions, batch.rewards, batch.next_obs, batch.terminated
+
+
 def gradient_step(learner: Learner, tensors: list[torch.Tensor]) -> None:
     """The body the CUDA graph captures: ``learner``'s gradient step on ``tensors`` (obs, actions,
     rewards, next_obs, terminated, each ``(K, B, ...)`` on the learner's device), the same maths as
@@ -97,25 +102,21 @@ class GraphedUpdate:
             raise ValueError(f"device: CUDA graphs need a cuda learner, got {learner.device.type!r}")
         self.learner = learner
         a = learner.config.agent
-        self.static = [torch.from_numpy(np.ascontiguousarray(x)).to(learner.device)
-                       for x in (batch.obs, batch.actions, batch.rewards, batch.next_obs, batch.terminated)]  # fmt: skip
+        self.static = [torch.from_numpy(np.ascontiguousarray(x)).to(learner.device) for x in learner_arrays(batch)]
         learner.optimizer = torch.optim.Adam(learner.net.parameters(), lr=a.lr, capturable=True, foreach=True)
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):  # warm-up on a side stream, as torch.cuda.graph requires
             for _ in range(3):
-                self._step()
+                gradient_step(learner, self.static)
         torch.cuda.current_stream().wait_stream(stream)
         self.graph = torch.cuda.CUDAGraph()
         learner.optimizer.zero_grad(set_to_none=False)
         with torch.cuda.graph(self.graph):
-            self._step()
-
-    def _step(self) -> None:
-        gradient_step(self.learner, self.static)
+            gradient_step(learner, self.static)
 
     def __call__(self, batch: Batch) -> None:
-        for dst, src in zip(self.static, (batch.obs, batch.actions, batch.rewards, batch.next_obs, batch.terminated)):
+        for dst, src in zip(self.static, learner_arrays(batch)):
             dst.copy_(torch.from_numpy(src), non_blocking=True)
         self.graph.replay()
         learner = self.learner
