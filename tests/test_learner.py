@@ -111,17 +111,18 @@ def test_one_stacked_update_of_k_replicas_equals_k_single_network_updates(layer_
         if step == 0:
             assert sum(n > learner.config.agent.max_grad_norm for n in norms) == 1  # clipping in one replica only
         torch.testing.assert_close(learner.last_grad_norm, torch.tensor(norms), rtol=1e-5, atol=1e-6)
+        grads = learner.net.views(learner.last_grads)
+        moments = {key: learner.net.views(getattr(learner.optimizer, key)) for key in ("exp_avg", "exp_avg_sq")}
         for k, (net, _, opt) in enumerate(refs):
-            for p, s, g in zip(net.parameters(), learner.net.parameters(), ref_grads[k]):
-                torch.testing.assert_close(s.grad[k], g, rtol=1e-5, atol=1e-6)  # gradients (after clipping)
-                torch.testing.assert_close(s.detach()[k], p.detach(), rtol=1e-5, atol=1e-6)  # parameters
-                mine, theirs = learner.optimizer.state[s], opt.state[p]
+            for (name, p), g in zip(net.named_parameters(), ref_grads[k]):
+                torch.testing.assert_close(grads[name][k], g, rtol=1e-5, atol=1e-6)  # gradients (after clipping)
+                torch.testing.assert_close(learner.net.named()[name][k], p.detach(), rtol=1e-5, atol=1e-6)  # parameters
                 for key in ("exp_avg", "exp_avg_sq"):
-                    torch.testing.assert_close(mine[key][k], theirs[key], rtol=1e-5, atol=1e-7)  # Adam state
+                    torch.testing.assert_close(moments[key][name][k], opt.state[p][key], rtol=1e-5, atol=1e-7)  # Adam
 
 
 def test_per_replica_clipping_matches_clip_grad_norm():
-    grads = [torch.randn(3, 4, 5), torch.randn(3, 4)]
+    grads = [torch.randn(3, 4, 5), 0.1 * torch.randn(3, 4)]
     expected = []
     for k in range(3):
         gs = [g[k].clone().requires_grad_(False) for g in grads]
@@ -130,11 +131,11 @@ def test_per_replica_clipping_matches_clip_grad_norm():
             p.grad = g
         norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
         expected.append((float(norm), [p.grad for p in params]))
-    norms = clip_per_replica_(grads, 1.0)
+    matrix = torch.cat([g.reshape(3, -1) for g in grads], dim=1)  # one replica's whole gradient per row
+    norms = clip_per_replica_(matrix, 1.0)
     for k, (norm, gs) in enumerate(expected):
         assert float(norms[k]) == pytest.approx(norm, rel=1e-6)
-        for g, e in zip(grads, gs):
-            torch.testing.assert_close(g[k], e)
+        torch.testing.assert_close(matrix[k], torch.cat([e.reshape(-1) for e in gs]))
 
 
 def test_a_frozen_replica_never_moves_and_its_nan_reaches_no_other_replica():
@@ -152,11 +153,10 @@ def test_a_frozen_replica_never_moves_and_its_nan_reaches_no_other_replica():
     for _ in range(5):
         poisoned.update(_batch(rng_a, replicas=3))
         clean.update(_batch(rng_b, replicas=3))
-    for p, c in zip(poisoned.net.parameters(), clean.net.parameters()):
-        for k in (0, 2):
-            assert torch.equal(p.detach()[k], c.detach()[k])  # the others: bit for bit as without the poison
-            for key in ("exp_avg", "exp_avg_sq"):
-                assert torch.equal(poisoned.optimizer.state[p][key][k], clean.optimizer.state[c][key][k])
+    for k in (0, 2):
+        assert torch.equal(poisoned.net.flat[k], clean.net.flat[k])  # the others: bit for bit as without the poison
+        for key in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(getattr(poisoned.optimizer, key)[k], getattr(clean.optimizer, key)[k])
     for p, f in zip(poisoned.net.parameters(), frozen):
         assert torch.isnan(p.detach()[1]).all() and torch.isnan(f).all()  # frozen as it was: untouched NaN
 
@@ -199,7 +199,11 @@ def test_each_reset_mode_changes_exactly_what_it_says_and_clears_that_optimizer_
         for k in range(2):
             changed = not torch.equal(before[name][k], p.detach()[k])
             assert changed == (name in touched), f"{mode}: {name} replica {k} changed={changed}"
-        assert (p in learner.optimizer.state) == (name not in touched), f"{mode}: optimizer state of {name}"
+        cols = learner.net.columns(name)
+        adam = learner.optimizer
+        cleared = bool((adam.beta1_power[cols] == 1).all() and (adam.exp_avg[:, cols] == 0).all()
+                       and (adam.exp_avg_sq[:, cols] == 0).all())  # fmt: skip
+        assert cleared == (name in touched), f"{mode}: optimizer state of {name}"
         if name in touched:
             assert torch.equal(p.detach(), learner.target.named()[name])
     if mode == "head":
@@ -222,7 +226,8 @@ def test_shrink_perturb_is_alpha_theta_plus_one_minus_alpha_fresh_from_each_repl
         for k in range(2):
             torch.testing.assert_close(a[k], alpha * b[k] + (1 - alpha) * fresh[k][i])
         torch.testing.assert_close(t.detach(), a)  # the target takes the same values
-    assert all(not learner.optimizer.state.get(p) for p in learner.net.parameters())  # Adam state cleared
+    adam = learner.optimizer  # Adam state cleared: moments zero, every column restarts at step 0
+    assert (adam.beta1_power == 1).all() and not adam.exp_avg.any() and not adam.exp_avg_sq.any()
     assert not torch.equal(fresh[0][0], fresh[1][0])  # each replica draws from its own generator
 
 
@@ -255,3 +260,28 @@ def test_update_reduces_td_loss_on_a_fixed_batch():
     for _ in range(100):
         last = learner.update(batch, want_stats=True)[0]["td_loss_last"]
     assert last < first * 0.5
+
+
+def test_stacked_adam_is_torch_adam_per_row_and_a_cleared_column_restarts_as_dropped_state():
+    from dqnlab.agent.adam import StackedAdam
+
+    torch.manual_seed(0)
+    a, b = torch.randn(3, 4), torch.randn(3, 2)  # two "parameters", 3 replicas
+    mine = StackedAdam(torch.cat([a, b], dim=1).clone(), lr=1e-2)
+    refs = [[torch.nn.Parameter(a[k].clone()), torch.nn.Parameter(b[k].clone())] for k in range(3)]
+    opts = [torch.optim.Adam(ps, lr=1e-2) for ps in refs]
+    for step in range(6):
+        if step == 3:  # the second parameter is reset: its Adam state is dropped (mine: its columns cleared)
+            mine.clear(slice(4, 6))
+            for ps, opt in zip(refs, opts):
+                opt.state.pop(ps[1])
+        g = torch.randn(3, 6)
+        mine.step(g)
+        for k, (ps, opt) in enumerate(zip(refs, opts)):
+            ps[0].grad, ps[1].grad = g[k, :4].clone(), g[k, 4:].clone()
+            opt.step()
+            torch.testing.assert_close(mine.params[k], torch.cat([p.detach() for p in ps]), rtol=1e-5, atol=1e-7)
+            torch.testing.assert_close(mine.exp_avg_sq[k, 4:], opt.state[ps[1]]["exp_avg_sq"], rtol=1e-5, atol=1e-9)
+    steps = torch.tensor([6, 6, 6, 6, 3, 3], dtype=torch.float64)
+    torch.testing.assert_close(mine.beta1_power, 0.9**steps, rtol=1e-12, atol=0)
+    torch.testing.assert_close(mine.beta2_power, 0.999**steps, rtol=1e-12, atol=0)

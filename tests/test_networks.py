@@ -58,3 +58,38 @@ def test_layer_norm_sits_after_linear_before_relu():
     ln = net.norms[0]
     expected = torch.relu(torch.nn.functional.layer_norm(net.hidden[0](obs), (8,), ln.weight, ln.bias))
     torch.testing.assert_close(acts[0], expected)
+
+
+@pytest.mark.parametrize("hidden_sizes", [(8,), (32, 16), (16, 8, 8)])
+@pytest.mark.parametrize("layer_norm", [False, True])
+def test_the_hand_written_backward_equals_autograd_for_every_replica(hidden_sizes, layer_norm):
+    torch.manual_seed(1)
+    nets = [QNetwork(4, 3, hidden_sizes, layer_norm) for _ in range(3)]
+    for net in nets:  # non-trivial LayerNorm affine parameters
+        for norm in net.norms if layer_norm else []:
+            torch.nn.init.normal_(norm.weight)
+            torch.nn.init.normal_(norm.bias)
+    stacked = StackedQ.stack(nets)
+    obs, dq = torch.randn(3, 7, 4), torch.randn(3, 7, 3)
+    q, tape = stacked.forward_for_backward(obs)
+    grads = stacked.views(stacked.backward(tape, dq))
+    for k, net in enumerate(nets):
+        q_k = net(obs[k])
+        torch.testing.assert_close(q[k], q_k.detach(), rtol=1e-5, atol=1e-6)
+        (q_k * dq[k]).sum().backward()  # d/dtheta of <Q, dq> is the backward of dq
+        for name, p in net.named_parameters():
+            torch.testing.assert_close(grads[name][k], p.grad, rtol=1e-4, atol=1e-5, msg=name)
+    assert {n for n, _ in nets[0].named_parameters()} == set(grads)  # every parameter has its gradient
+
+
+def test_named_parameters_are_views_of_the_one_matrix_actors_read():
+    nets = _nets(2, True)
+    stacked = StackedQ.stack(nets)
+    with torch.no_grad():
+        stacked.flat.add_(1.0)  # one in-place change of the matrix ...
+    for k, net in enumerate(nets):  # ... is a change of every named view
+        for name, p in net.named_parameters():
+            torch.testing.assert_close(stacked.named()[name][k], p.detach() + 1.0)
+    out = np.empty(stacked.flat.numel(), np.float32)
+    flatten_into(stacked, out)
+    np.testing.assert_array_equal(out, stacked.flat.reshape(-1).numpy())

@@ -25,3 +25,8 @@ class Batch:
     version: np.ndarray
     seq: np.ndarray
     insert_updates: np.ndarray
+
+    def learner_arrays(self) -> tuple[np.ndarray, ...]:
+        """What the learner's gradient step reads, in its argument order: obs, actions, rewards,
+        next_obs, terminated."""
+        return self.obs, self.actions, self.rewards, self.next_obs, self.terminated

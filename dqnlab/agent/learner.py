@@ -5,21 +5,28 @@ DQN update (Huber loss, Adam, gradient-norm clipping, optional double DQN), boot
 after every update; plasticity resets every ``reset_every`` updates. All periods are counted in
 gradient updates. Process-agnostic: :mod:`dqnlab.engine.loop` feeds it batches.
 
-Replicas (DESIGN.md): the K networks are one :class:`~dqnlab.agent.networks.StackedQ` (every
-parameter has a leading replica axis), so one update of all K is one batched forward/backward and
-one fused Adam step (Adam is elementwise: one Adam over stacked tensors is K Adams). Per replica:
-its own loss (the total is the sum of per-replica means, so no gradient is scaled by K), its own
-gradient-norm clip, target, resets (fresh weights from its own generator) and Adam state. A replica
-whose parameters hard-diverge is frozen (:meth:`Learner.freeze`): its gradients and Adam moments are
-zero from then on, so it never moves again, and nothing of it reaches another replica (every
-operation is per replica slice). K = 1 runs the same code.
+Replicas (DESIGN.md): the K networks are one :class:`~dqnlab.agent.networks.StackedQ` (one ``(K, P)``
+parameter matrix), so one update of all K is one batched forward and backward and one
+:class:`~dqnlab.agent.adam.StackedAdam` step (Adam is elementwise: one Adam over the stacked matrix is
+K Adams). Per replica: its own loss (the total is the sum of per-replica means, so no gradient is
+scaled by K), its own gradient-norm clip, target, resets (fresh weights from its own generator) and
+Adam state. A replica whose parameters hard-diverge is frozen (:meth:`Learner.freeze`): its gradients
+and Adam moments are zero from then on, so it never moves again, and nothing of it reaches another
+replica (every operation is per replica row). K = 1 runs the same code.
+
+The gradient is written out by hand (:meth:`StackedQ.backward`, tested against autograd) and the
+gradient step (:meth:`Learner.gradient_step`) is only tensor ops with no host sync, so a CUDA graph
+can capture it (:mod:`dqnlab.bench.device`).
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 
+from dqnlab.agent.adam import StackedAdam
 from dqnlab.agent.batch import Batch
 from dqnlab.agent.diagnostics import q_statistics
 from dqnlab.agent.networks import QNetwork, StackedQ
@@ -44,25 +51,28 @@ def td_target(
     return rewards + gamma * (~terminated).to(next_v.dtype) * next_v
 
 
-def clip_per_replica_(grads: list[torch.Tensor], max_norm: float, active: torch.Tensor | None = None) -> torch.Tensor:
-    """Per replica (leading axis): zero the gradients of inactive replicas, then scale each replica's
-    gradients by ``min(1, max_norm / (norm + 1e-6))`` as ``clip_grad_norm_`` does for one network.
-    Returns the per-replica norms before clipping, shape ``(K,)``."""
-    if active is not None:
-        for g in grads:
-            g.masked_fill_(~active.view(-1, *([1] * (g.dim() - 1))), 0.0)
-    norms = torch.sqrt(sum(g.pow(2).flatten(1).sum(1) for g in grads))
-    coef = torch.clamp(max_norm / (norms + 1e-6), max=1.0)
-    for g in grads:
-        g.mul_(coef.view(-1, *([1] * (g.dim() - 1))))
+def clip_per_replica_(grads: torch.Tensor, max_norm: float) -> torch.Tensor:
+    """Scale each row of ``grads`` ``(K, P)`` (one replica's whole gradient) by
+    ``min(1, max_norm / (norm + 1e-6))``, as ``clip_grad_norm_`` does for one network. Returns the
+    per-replica norms before clipping, shape ``(K,)``."""
+    norms = torch.linalg.vector_norm(grads, dim=1)
+    grads.mul_(torch.clamp(max_norm / (norms + 1e-6), max=1.0).unsqueeze(1))
     return norms
 
 
-def _make_adam(params, lr: float) -> torch.optim.Adam:
-    try:
-        return torch.optim.Adam(params, lr=lr, fused=True)
-    except (RuntimeError, TypeError):  # fused kernels missing for this device/dtype
-        return torch.optim.Adam(params, lr=lr)
+class StepOutputs(NamedTuple):
+    """What one gradient step computed, per replica (tensors on the learner's device)."""
+
+    loss: torch.Tensor
+    """``(K,)`` mean Huber TD loss of the batch."""
+    q_sa: torch.Tensor
+    """``(K, B)`` Q of the taken actions."""
+    q_all: torch.Tensor
+    """``(K, B, A)`` Q of every action."""
+    target: torch.Tensor
+    """``(K, B)`` TD targets."""
+    grad_norm: torch.Tensor
+    """``(K,)`` gradient norms before clipping."""
 
 
 class Learner:
@@ -76,8 +86,8 @@ class Learner:
         self.seeds = [config.run.seed + k for k in range(self.replicas)]
         self._gens = [torch.Generator().manual_seed(s) for s in self.seeds]
         self.net = StackedQ.stack([self._fresh_net(k) for k in range(self.replicas)]).to(self.device)
-        self.target = self.net.detached_copy()
-        self.optimizer = _make_adam(self.net.parameters(), config.agent.lr)
+        self.target = self.net.copy()
+        self.optimizer = StackedAdam(self.net.flat, config.agent.lr)
         self.active = torch.ones(self.replicas, dtype=torch.bool, device=self.device)
         self._all_active = True
         self.updates = 0
@@ -86,6 +96,8 @@ class Learner:
         self._loss_sum = torch.zeros(self.replicas, device=self.device)
         self._loss_count = 0
         self.last_grad_norm = torch.zeros(self.replicas, device=self.device)
+        self.last_grads = torch.zeros_like(self.net.flat)
+        """The clipped gradient ``(K, P)`` of the latest update (``net.views`` names its parts)."""
 
     def _fresh_net(self, replica: int) -> QNetwork:
         """A newly initialised network of ``replica``, drawn from that replica's own seeded generator
@@ -95,65 +107,74 @@ class Learner:
             n = self.config.network
             return QNetwork(self.obs_dim, self.num_actions, n.hidden_sizes, n.layer_norm)
 
-    def _to_tensors(self, batch: Batch):
-        dev = self.device
-        return [torch.from_numpy(x).to(dev, non_blocking=True)
-                for x in (batch.obs, batch.actions, batch.rewards, batch.next_obs, batch.terminated)]  # fmt: skip
+    def batch_tensors(self, batch: Batch) -> list[torch.Tensor]:
+        """The arrays :meth:`gradient_step` reads (obs, actions, rewards, next_obs, terminated) as
+        tensors on the learner's device."""
+        return [torch.from_numpy(x).to(self.device, non_blocking=True) for x in batch.learner_arrays()]
 
-    def update(self, batch: Batch, want_stats: bool = False) -> list[dict[str, float]] | None:
-        """One gradient step of every active replica on its own batch (arrays ``(K, B, ...)``); then
-        target update and reset on their schedules. Returns each replica's Q statistics of this batch
-        when ``want_stats`` (cheap otherwise: no host sync)."""
+    def gradient_step(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, next_obs: torch.Tensor,
+                      terminated: torch.Tensor) -> StepOutputs:  # fmt: skip
+        """One gradient step of every active replica on its own batch (``(K, B, ...)`` tensors): TD
+        target, per-replica Huber loss and its gradient, per-replica clipping, Adam. Tensor ops only:
+        no host sync and no branch on the data (what a CUDA graph captures)."""
         a = self.config.agent
-        obs, actions, rewards, next_obs, terminated = self._to_tensors(batch)
-        with torch.no_grad():
-            next_q_target = self.target(next_obs)
-            next_q_online = self.net(next_obs) if a.double_dqn else None
-            target = td_target(rewards, terminated, next_q_target, a.gamma, next_q_online)
-        q_all = self.net(obs)
-        q_sa = q_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-        per_replica = F.smooth_l1_loss(q_sa, target, reduction="none").mean(dim=1)
-        loss = per_replica.sum() if self._all_active else torch.where(self.active, per_replica, 0.0).sum()
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grads = [p.grad for p in self.net.parameters()]
-        self.last_grad_norm = clip_per_replica_(grads, a.max_grad_norm, None if self._all_active else self.active)
-        self.optimizer.step()
-        self.updates += 1
-        self._loss_sum += per_replica.detach()
-        self._loss_count += 1
+        next_q_online = self.net(next_obs) if a.double_dqn else None
+        target = td_target(rewards, terminated, self.target(next_obs), a.gamma, next_q_online)
+        q_all, tape = self.net.forward_for_backward(obs)
+        picked = actions.unsqueeze(-1)
+        q_sa = q_all.gather(-1, picked).squeeze(-1)
+        loss = F.smooth_l1_loss(q_sa, target, reduction="none").mean(dim=1)
+        # d(mean Huber, beta 1)/dq_sa = clamp(q_sa - target, -1, 1) / B; only the taken action's Q moves
+        dq_sa = (q_sa - target).clamp_(-1.0, 1.0).div_(q_sa.shape[1])
+        grads = self.net.backward(tape, torch.zeros_like(q_all).scatter_(-1, picked, dq_sa.unsqueeze(-1)))
+        if not self._all_active:
+            grads.masked_fill_(~self.active.unsqueeze(1), 0.0)
+        grad_norm = clip_per_replica_(grads, a.max_grad_norm)
+        self.optimizer.step(grads)
+        self.last_grads = grads
+        return StepOutputs(loss, q_sa, q_all, target, grad_norm)
 
+    def finish_update(self, out: StepOutputs) -> None:
+        """After a gradient step: count it, accumulate its loss, then the target update and the reset
+        on their schedules (in updates)."""
+        a = self.config.agent
+        self.updates += 1
+        self._loss_sum += out.loss
+        self._loss_count += 1
+        self.last_grad_norm = out.grad_norm
         if a.target_update == "polyak":
-            torch._foreach_lerp_(self.target.parameters(), self.net.parameters(), a.tau)
+            self.target.flat.lerp_(self.net.flat, a.tau)
             self.target_updates += 1
         elif self.updates % a.target_period == 0:
-            torch._foreach_copy_(self.target.parameters(), self.net.parameters())
+            self.target.flat.copy_(self.net.flat)
             self.target_updates += 1
         if a.reset != "none" and self.updates % a.reset_every == 0:
             self.reset(a.reset)
 
+    def update(self, batch: Batch, want_stats: bool = False) -> list[dict[str, float]] | None:
+        """One update of every active replica on its own batch (arrays ``(K, B, ...)``): the gradient
+        step, then target update and reset on their schedules. Returns each replica's Q statistics of
+        this batch when ``want_stats`` (cheap otherwise: no host sync)."""
+        out = self.gradient_step(*self.batch_tensors(batch))
+        self.finish_update(out)
         if not want_stats:
             return None
-        losses = per_replica.detach().cpu().tolist()
-        norms = self.last_grad_norm.cpu().tolist()
-        out = []
+        losses = out.loss.cpu().tolist()
+        norms = out.grad_norm.cpu().tolist()
+        stats_out = []
         for k in range(self.replicas):
-            stats = q_statistics(q_sa[k], q_all[k], target[k])
+            stats = q_statistics(out.q_sa[k], out.q_all[k], out.target[k])
             stats[GRAD_NORM] = norms[k]
             stats[TD_LOSS_LAST] = losses[k]
-            out.append(stats)
-        return out
+            stats_out.append(stats)
+        return stats_out
 
     def freeze(self, replica: int) -> None:
         """Stop updating ``replica`` for good (its parameters hard-diverged): from now on its gradients
         are zeroed before the step and its Adam moments are zero, so Adam moves it by exactly 0."""
         self.active[replica] = False
         self._all_active = bool(self.active.all())
-        for p in self.net.parameters():
-            for key in ("exp_avg", "exp_avg_sq"):
-                state = self.optimizer.state.get(p, {})
-                if key in state:
-                    state[key][replica].zero_()
+        self.optimizer.zero_row(replica)
 
     def pop_mean_loss(self) -> list[float] | None:
         """Per replica, the mean TD (Huber) loss over the updates since the previous call; None if
@@ -167,9 +188,7 @@ class Learner:
 
     def param_norm(self) -> list[float]:
         """Per replica, the L2 norm of its online parameters."""
-        with torch.no_grad():
-            sq = sum(p.double().pow(2).flatten(1).sum(1) for p in self.net.parameters())
-            return torch.sqrt(sq).cpu().tolist()
+        return torch.linalg.vector_norm(self.net.flat.double(), dim=1).cpu().tolist()
 
     def reset_names(self, mode: str) -> list[str]:
         """Names of the parameters a reset ``mode`` touches (head = the last linear layer)."""
@@ -183,27 +202,24 @@ class Learner:
         """Re-initialise (``head``/``full``) or shrink-and-perturb the online parameters of every active
         replica, each from its own generator; give the target the same values for those parameters
         (Nikishin et al. reset both); clear their Adam state (every replica resets at the same update,
-        so clearing the stacked tensors' state is each replica clearing its own). The replay is kept."""
-        names = self.reset_names(mode)
+        so clearing the stacked columns' state is each replica clearing its own). The replay is kept."""
+        columns = [self.net.columns(name) for name in self.reset_names(mode)]
         alpha = self.config.agent.shrink_alpha
-        online, target = self.net.named(), self.target.named()
-        with torch.no_grad():
-            for k in range(self.replicas):
-                if not self.active[k]:
-                    continue
-                fresh = dict(self._fresh_net(k).named_parameters())
-                for name in names:
-                    p, f = online[name][k], fresh[name].to(self.device)
-                    if mode == "shrink_perturb":
-                        p.mul_(alpha).add_(f, alpha=1.0 - alpha)
-                    else:
-                        p.copy_(f)
-                    target[name][k].copy_(p)
-            for name in names:
-                self.optimizer.state.pop(online[name], None)
+        online, target = self.net.flat, self.target.flat
+        for k in range(self.replicas):
+            if not self.active[k]:
+                continue
+            fresh = StackedQ.stack([self._fresh_net(k)]).flat[0].to(self.device)
+            for cols in columns:
+                if mode == "shrink_perturb":
+                    online[k, cols].mul_(alpha).add_(fresh[cols], alpha=1.0 - alpha)
+                else:
+                    online[k, cols] = fresh[cols]
+                target[k, cols] = online[k, cols]
+        for cols in columns:
+            self.optimizer.clear(cols)
         self.resets += 1
 
-    @torch.no_grad()
     def probe(self, obs: torch.Tensor):
         """Q-values ``(K, P, A)`` and hidden activations (each ``(K, P, H)``) of the online networks on
         the fixed probe batches ``(K, P, obs_dim)``."""

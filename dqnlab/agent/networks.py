@@ -1,8 +1,9 @@
 """The Q-networks on the learner's side (torch) and the flat parameter vector they publish.
 
 :class:`QNetwork` is one MLP (``nn.Module``): it draws a replica's initial weights and is the
-reference the stacked maths is tested against. :class:`StackedQ` holds the K replicas of a run as
-stacked parameters (a leading replica axis) and computes all of them with batched matrix products.
+reference the stacked maths (and its hand-written backward) is tested against. :class:`StackedQ`
+holds the K replicas of a run as one ``(K, P)`` parameter matrix and computes all of them with
+batched matrix products.
 Actors evaluate the same maths in numpy (:mod:`dqnlab.agent.policy`); :func:`flatten_into` writes the
 parameters in the one order both sides use (:class:`~dqnlab.agent.policy.ParamLayout`).
 """
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from dqnlab.agent.policy import LN_EPS, ParamLayout
@@ -45,91 +45,149 @@ class QNetwork(nn.Module):
 
 
 class StackedQ:
-    """K Q-networks of one architecture as stacked tensors: each parameter of :class:`QNetwork` with
-    a leading replica axis, in ``QNetwork.named_parameters`` order. ``forward(obs (K, B, obs_dim))``
-    computes replica k's network on ``obs[k]`` (one ``baddbmm`` per layer for all K)."""
+    """K Q-networks of one architecture in one ``(K, P)`` float32 matrix :attr:`flat`: row k is replica
+    k's parameters in :class:`ParamLayout` order (``QNetwork.named_parameters``, each flattened), the very
+    vector the actors read. Named parameters are views of it (:meth:`named`), so an in-place change of
+    ``flat`` (Adam, a target copy) is a change of every view, and publishing is one copy.
 
-    def __init__(self, names: list[str], tensors: list[torch.Tensor], num_hidden: int, layer_norm: bool):
-        self.names = tuple(names)
-        self.tensors = tensors
+    ``net(obs)`` with ``obs (K, B, obs_dim)`` computes replica k's network on ``obs[k]`` (one ``baddbmm``
+    per layer for all K). The learner differentiates by hand: :meth:`forward_for_backward` keeps what
+    :meth:`backward` needs to map ``dL/dQ`` to ``dL/dflat``. A small MLP's update costs its op dispatches,
+    not its arithmetic, and the hand-written backward needs about half the ops of autograd's; it is
+    tested against autograd. No tensor here requires grad."""
+
+    def __init__(self, layout: ParamLayout, flat: torch.Tensor, num_hidden: int, layer_norm: bool):
+        self._layout = layout
+        self.flat = flat
         self.num_hidden, self.layer_norm = num_hidden, layer_norm
-        p = dict(zip(names, tensors))
-        self._hidden = [(p[f"hidden.{i}.weight"], p[f"hidden.{i}.bias"],
-                         (p[f"norms.{i}.weight"], p[f"norms.{i}.bias"]) if layer_norm else None)
+        v = layout.views(flat)
+        self._named = v
+        self._hidden = [(v[f"hidden.{i}.weight"], v[f"hidden.{i}.bias"],
+                         (v[f"norms.{i}.weight"], v[f"norms.{i}.bias"]) if layer_norm else None)
                         for i in range(num_hidden)]  # fmt: skip
-        self._head = (p["head.weight"], p["head.bias"])
+        self._head = (v["head.weight"], v["head.bias"])
 
     @classmethod
     def stack(cls, nets: list[QNetwork]) -> StackedQ:
-        named = [dict(n.named_parameters()) for n in nets]
-        names = list(named[0])
-        tensors = [torch.stack([d[name].detach() for d in named]).requires_grad_() for name in names]
-        return cls(names, tensors, len(nets[0].hidden), nets[0].layer_norm)
+        rows = [torch.cat([p.detach().reshape(-1) for p in n.parameters()]) for n in nets]
+        return cls(ParamLayout.of(nets[0]), torch.stack(rows), len(nets[0].hidden), nets[0].layer_norm)
 
     def to(self, device: torch.device | str) -> StackedQ:
-        tensors = [t.detach().to(device).requires_grad_(t.requires_grad) for t in self.tensors]
-        return StackedQ(list(self.names), tensors, self.num_hidden, self.layer_norm)
+        return StackedQ(self._layout, self.flat.to(device), self.num_hidden, self.layer_norm)
 
-    def detached_copy(self) -> StackedQ:
-        """A copy that takes no gradients (the target network)."""
-        return StackedQ(list(self.names), [t.detach().clone() for t in self.tensors], self.num_hidden, self.layer_norm)
+    def copy(self) -> StackedQ:
+        """An independent copy (the target network)."""
+        return StackedQ(self._layout, self.flat.clone(), self.num_hidden, self.layer_norm)
 
     @property
     def replicas(self) -> int:
-        return self.tensors[0].shape[0]
+        return self.flat.shape[0]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self._layout.names
 
     def parameters(self) -> list[torch.Tensor]:
-        return self.tensors
+        """The named parameters' views ``(K, *shape)``, in layout order."""
+        return list(self._named.values())
 
     def named(self) -> dict[str, torch.Tensor]:
-        return dict(zip(self.names, self.tensors))
+        return dict(self._named)
+
+    def views(self, matrix: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Named views of any ``(K, P)`` matrix in this layout (gradients, Adam moments)."""
+        return self._layout.views(matrix)
+
+    def columns(self, name: str) -> slice:
+        """The columns of ``flat`` that hold parameter ``name``."""
+        i = self._layout.names.index(name)
+        start = self._layout.offsets[i]
+        return slice(start, start + int(np.prod(self._layout.shapes[i])))
 
     def layout(self) -> ParamLayout:
         """One replica's parameter layout (the shapes without the replica axis)."""
-        return ParamLayout.from_shapes([(n, tuple(t.shape[1:])) for n, t in zip(self.names, self.tensors)])
+        return self._layout
 
-    def _layer(self, h: torch.Tensor, w: torch.Tensor, b: torch.Tensor, ln) -> torch.Tensor:
-        h = torch.baddbmm(b.unsqueeze(1), h, w.transpose(1, 2))
-        if ln is not None:
-            h = F.layer_norm(h, h.shape[-1:], eps=LN_EPS) * ln[0].unsqueeze(1) + ln[1].unsqueeze(1)
-        return torch.relu(h)
+    def host_vector(self) -> np.ndarray:
+        """The K replicas' vectors back to back as float32 numpy: a view of :attr:`flat` on the CPU
+        (valid until its next in-place change), a copy from any other device."""
+        return self.flat.detach().reshape(-1).to("cpu", torch.float32).numpy()
+
+    @staticmethod
+    def _linear(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.baddbmm(b.unsqueeze(1), h, w.transpose(1, 2))
+
+    def _hidden_layer(self, h: torch.Tensor, w: torch.Tensor, b: torch.Tensor, ln, tape: list | None) -> torch.Tensor:
+        """``relu(LayerNorm?(h W^T + b))``; appends ``(input, pre-norm, normalised, mean, rstd, output)``
+        to ``tape`` when given."""
+        z = self._linear(h, w, b)
+        if ln is None:
+            y = mean = rstd = None
+            out = torch.relu(z)
+        else:
+            y, mean, rstd = torch.native_layer_norm(z, z.shape[-1:], None, None, LN_EPS)
+            out = torch.relu(torch.addcmul(ln[1].unsqueeze(1), y, ln[0].unsqueeze(1)))
+        if tape is not None:
+            tape.append((h, z, y, mean, rstd, out))
+        return out
 
     def __call__(self, obs: torch.Tensor) -> torch.Tensor:
         h = obs
         for w, b, ln in self._hidden:
-            h = self._layer(h, w, b, ln)
-        w, b = self._head
-        return torch.baddbmm(b.unsqueeze(1), h, w.transpose(1, 2))
+            h = self._hidden_layer(h, w, b, ln, None)
+        return self._linear(h, *self._head)
 
     def forward_with_activations(self, obs: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Q-values ``(K, B, A)`` and the post-ReLU activation ``(K, B, H)`` of every hidden layer."""
-        acts = []
+        q, tape = self.forward_for_backward(obs)
+        return q, [step[-1] for step in tape]
+
+    def forward_for_backward(self, obs: torch.Tensor) -> tuple[torch.Tensor, list[tuple]]:
+        """Q-values ``(K, B, A)`` and the tape :meth:`backward` reads (one entry per hidden layer)."""
+        tape: list[tuple] = []
         h = obs
         for w, b, ln in self._hidden:
-            h = self._layer(h, w, b, ln)
-            acts.append(h)
-        w, b = self._head
-        return torch.baddbmm(b.unsqueeze(1), h, w.transpose(1, 2)), acts
+            h = self._hidden_layer(h, w, b, ln, tape)
+        return self._linear(h, *self._head), tape
+
+    def backward(self, tape: list[tuple], dq: torch.Tensor) -> torch.Tensor:
+        """``dL/dflat`` ``(K, P)`` given ``dq = dL/dQ`` ``(K, B, A)`` at the forward that made ``tape``:
+        per layer ``dW = dz^T h``, ``db = sum_B dz``, ``dh = dz W``; ReLU passes where its output is
+        positive; LayerNorm's affine part by hand, its normalisation by aten's own backward kernel."""
+        grads: dict[str, torch.Tensor] = {}
+        w, _ = self._head
+        grads["head.weight"] = torch.bmm(dq.transpose(1, 2), tape[-1][-1])
+        grads["head.bias"] = dq.sum(1)
+        dh = torch.bmm(dq, w)
+        for i in reversed(range(self.num_hidden)):
+            h, z, y, mean, rstd, out = tape[i]
+            w, _, ln = self._hidden[i]
+            dz = torch.ops.aten.threshold_backward(dh, out, 0)  # relu: pass where the output is positive
+            if ln is not None:
+                grads[f"norms.{i}.weight"] = (dz * y).sum(1)
+                grads[f"norms.{i}.bias"] = dz.sum(1)
+                dz = torch.ops.aten.native_layer_norm_backward(dz * ln[0].unsqueeze(1), z, z.shape[-1:], mean, rstd,
+                                                               None, None, [True, False, False])[0]  # fmt: skip
+            grads[f"hidden.{i}.weight"] = torch.bmm(dz.transpose(1, 2), h)
+            grads[f"hidden.{i}.bias"] = dz.sum(1)
+            if i > 0:
+                dh = torch.bmm(dz, w)
+        k = dq.shape[0]
+        return torch.cat([grads[name].reshape(k, -1) for name in self._layout.names], dim=1)
 
 
 def load_flat_(net: StackedQ, flat: np.ndarray) -> None:
     """Set the stacked parameters from ``flat`` (K vectors back to back, ``ParamLayout`` order)."""
     rows = torch.from_numpy(np.asarray(flat, dtype=np.float32)).reshape(net.replicas, -1)
-    pos = 0
-    with torch.no_grad():
-        for t in net.tensors:
-            n = t[0].numel()
-            t.copy_(rows[:, pos : pos + n].reshape(t.shape).to(t.device))
-            pos += n
+    net.flat.copy_(rows.to(net.flat.device))
 
 
 def flatten_into(net: QNetwork | StackedQ, out: np.ndarray) -> None:
     """Copy the parameters of ``net`` into the float32 vector ``out``: for a :class:`StackedQ` the K
     replicas' vectors back to back, each in ``ParamLayout`` order."""
+    if isinstance(net, StackedQ):
+        out[:] = net.host_vector()
+        return
     with torch.no_grad():
-        if isinstance(net, StackedQ):
-            k = net.replicas
-            flat = torch.cat([t.detach().reshape(k, -1) for t in net.tensors], dim=1).reshape(-1)
-        else:
-            flat = torch.cat([p.detach().reshape(-1) for p in net.parameters()])
+        flat = torch.cat([p.detach().reshape(-1) for p in net.parameters()])
     out[:] = flat.to("cpu", torch.float32).numpy()

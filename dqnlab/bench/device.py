@@ -8,10 +8,11 @@ clipping, fused Adam, hard target copy every 500 updates), fed each update a fre
 memory as the engine does. Rows:
 - ``cpu eager``: one torch thread, as the engine's learner runs by default;
 - ``cuda eager``: the same update on the GPU (host -> device copy of each batch included);
-- ``cuda graph``: the forward, backward, clipping and Adam step captured once in a CUDA graph and
-  replayed (Adam ``capturable``; the batch copied into static device tensors; target copies stay
-  outside the graph, on their schedule). Small networks gain on a GPU mainly from graphs, since an
-  eager update is dozens of tiny kernel launches (LeanRL: compile + CUDA graphs 3.4-6.8x).
+- ``cuda graph``: the learner's own gradient step (forwards, backward, clipping, Adam: tensor ops
+  with no host sync) captured once in a CUDA graph and replayed (the batch copied into static device
+  tensors; the target copy stays outside the graph, on its schedule). Small networks gain on a GPU
+  mainly from graphs, since an eager update is dozens of tiny kernel launches (LeanRL: compile +
+  CUDA graphs 3.4-6.8x).
 On a machine without CUDA only the CPU rows run, and the table says so. A row that fails prints its
 error and the rest go on: the script is meant to run once, unattended, within a short GPU lease.
 """
@@ -24,10 +25,9 @@ import time
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from dqnlab.agent.batch import Batch
-from dqnlab.agent.learner import Learner, clip_per_replica_, td_target
+from dqnlab.agent.learner import Learner
 from dqnlab.config import Config
 from dqnlab.threads import set_threads
 
@@ -67,63 +67,33 @@ def eager_rate(device: str, width: int, batch: int, replicas: int, updates: int)
     return updates * replicas / (time.perf_counter() - t)
 
 
-def learner_arrays(batch: Batch) -> tuple[np.ndarray, ...]:
-    """The arrays of ``batch`` the update reads, in :func:`gradient_step`'s order."""
-    return batch.obs, batch.actions, batch.rewards, batch.next_obs, batch.terminated
-
-
-def gradient_step(learner: Learner, tensors: list[torch.Tensor]) -> None:
-    """The body the CUDA graph captures: ``learner``'s gradient step on ``tensors`` (obs, actions,
-    rewards, next_obs, terminated, each ``(K, B, ...)`` on the learner's device), the same maths as
-    :meth:`Learner.update` with every replica active, and no host sync, Python branch or allocation
-    that depends on the data (a CPU test checks it equals ``Learner.update``)."""
-    a = learner.config.agent
-    obs, actions, rewards, next_obs, terminated = tensors
-    with torch.no_grad():
-        target = td_target(rewards, terminated, learner.target(next_obs), a.gamma,
-                           learner.net(next_obs) if a.double_dqn else None)  # fmt: skip
-    q_sa = learner.net(obs).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-    loss = F.smooth_l1_loss(q_sa, target, reduction="none").mean(dim=1).sum()
-    learner.optimizer.zero_grad(set_to_none=False)
-    loss.backward()
-    clip_per_replica_([p.grad for p in learner.net.parameters()], a.max_grad_norm)
-    learner.optimizer.step()
-
-
 class GraphedUpdate:
-    """The learner's gradient step captured in one CUDA graph and replayed per update (CUDA only).
-
-    Captured: online and target forward, TD target, per-replica Huber loss, backward, per-replica
-    clipping, Adam (``capturable``). Outside the graph, on the learner's schedule: the hard target copy.
-    Every replica is active (the benchmark has no divergence), so no masking is captured."""
+    """The learner's gradient step (:meth:`~dqnlab.agent.learner.Learner.gradient_step`: forwards, TD
+    target, Huber loss, hand-written backward, per-replica clipping, Adam; no host sync) captured in one
+    CUDA graph and replayed per update (CUDA only). Outside the graph, through the learner's own
+    :meth:`~dqnlab.agent.learner.Learner.finish_update`: the update count, the loss sum and the target
+    copy on its schedule. Every replica is active (the benchmark has no divergence)."""
 
     def __init__(self, learner: Learner, batch: Batch):
         if learner.device.type != "cuda":
             raise ValueError(f"device: CUDA graphs need a cuda learner, got {learner.device.type!r}")
         self.learner = learner
-        a = learner.config.agent
-        self.static = [torch.from_numpy(np.ascontiguousarray(x)).to(learner.device) for x in learner_arrays(batch)]
-        learner.optimizer = torch.optim.Adam(learner.net.parameters(), lr=a.lr, capturable=True, foreach=True)
+        self.static = learner.batch_tensors(batch)
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):  # warm-up on a side stream, as torch.cuda.graph requires
             for _ in range(3):
-                gradient_step(learner, self.static)
+                learner.gradient_step(*self.static)
         torch.cuda.current_stream().wait_stream(stream)
         self.graph = torch.cuda.CUDAGraph()
-        learner.optimizer.zero_grad(set_to_none=False)
         with torch.cuda.graph(self.graph):
-            gradient_step(learner, self.static)
+            self.out = learner.gradient_step(*self.static)
 
     def __call__(self, batch: Batch) -> None:
-        for dst, src in zip(self.static, learner_arrays(batch)):
+        for dst, src in zip(self.static, batch.learner_arrays()):
             dst.copy_(torch.from_numpy(src), non_blocking=True)
         self.graph.replay()
-        learner = self.learner
-        learner.updates += 1
-        if learner.updates % learner.config.agent.target_period == 0:
-            torch._foreach_copy_(learner.target.parameters(), learner.net.parameters())
-            learner.target_updates += 1
+        self.learner.finish_update(self.out)
 
 
 def graph_rate(width: int, batch: int, replicas: int, updates: int) -> float:

@@ -7,8 +7,6 @@ from __future__ import annotations
 import multiprocessing as mp
 from dataclasses import dataclass
 
-import numpy as np
-
 from dqnlab.agent.learner import Learner
 from dqnlab.agent.networks import flatten_into
 from dqnlab.agent.policy import ParamLayout
@@ -38,13 +36,9 @@ class EngineParts:
     """The shared vector and counters of a naive setup (``writers`` != ``single``)."""
 
     def publish(self) -> None:
-        """Copy the learner's parameters to the actors' broadcast, versioned by its update count."""
-        flat = self._flat
-        flatten_into(self.learner.net, flat)
-        self.weights.publish(flat, self.learner.updates)
-
-    def __post_init__(self) -> None:
-        self._flat = np.zeros(self.weights.num_params, dtype=np.float32)
+        """Copy the learner's parameters to the actors' broadcast, versioned by its update count (one
+        copy from a CPU learner's parameter matrix)."""
+        self.weights.publish(self.learner.net.host_vector(), self.learner.updates)
 
 
 def build(config: Config, obs_dim: int, num_actions: int) -> EngineParts:
