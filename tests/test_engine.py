@@ -323,7 +323,7 @@ def test_heterogeneous_workers_get_their_own_time_limit_and_step_delay(monkeypat
 
     def recording(self, worker, config, *args, **kwargs):
         init(self, worker, config, *args, **kwargs)
-        made.append((worker, self.step_delay_s, self.envs[0][0].spec.max_episode_steps))
+        made.append((worker, self.step_delay_s, self.banks[0].max_episode_steps))
 
     monkeypatch.setattr(Actor, "__init__", recording)
     config = small(mode="serial", total_env_steps=1000, worker_max_episode_steps=(7,), worker_step_delay_s=(0.0, 0.001))

@@ -69,9 +69,11 @@ class _Transitions:
         monkeypatch.setattr(SharedReplay, "commit", recording)
 
 
-def test_a_replica_is_a_run_same_transitions_and_td_losses_as_a_one_replica_run_with_its_seed(monkeypatch, leak_guard):
+@pytest.mark.parametrize("envs", [1, 4], ids=["one-env-each", "vectorised-cartpole"])
+def test_a_replica_is_a_run_same_transitions_and_td_losses_as_a_one_replica_run_with_its_seed(monkeypatch, leak_guard,
+                                                                                               envs):  # fmt: skip
     config = small(mode="serial", replicas=3, seed=7, total_env_steps=2000, learning_starts=500, utd=0.25,
-                   log_every=10, eval_every_steps=1000, eval_episodes=2)  # fmt: skip
+                   log_every=10, eval_every_steps=1000, eval_episodes=2, envs_per_worker=envs)  # fmt: skip
     stacked = _Transitions(monkeypatch)
     together = train(config)
     rows = [list(r) for r in stacked.rows]
@@ -79,7 +81,7 @@ def test_a_replica_is_a_run_same_transitions_and_td_losses_as_a_one_replica_run_
         alone_rows = _Transitions(monkeypatch)
         alone = train(config.replace(replicas=1, seed=7 + k))
         mine, theirs = rows[k], alone_rows.rows[0]
-        assert len(mine) == len(theirs) == 2000  # 2,000 env steps, one per commit (one env per worker)
+        assert len(mine) == len(theirs) == 2000 // envs  # 2,000 env steps, `envs` per commit
         for a, b in zip(mine, theirs):  # exactly the same transitions, in the same order
             assert a[0] == b[0]
             for x, y in zip(a[1:], b[1:]):

@@ -1,6 +1,7 @@
 """Actors: collect experience with a local numpy copy of the Q-network; never compute gradients.
 
-An :class:`Actor` owns its environments, its RNG stream and its epsilon. :meth:`Actor.try_step`
+An :class:`Actor` owns its environments (one bank of ``envs_per_worker`` per replica,
+:mod:`dqnlab.engine.envs`), its RNG streams and its epsilon. :meth:`Actor.try_step`
 is the one code path of both modes: claim ``envs_per_worker`` env steps from the replay (the rate
 limiter may say WAIT), pick epsilon-greedy actions, step the envs, commit the tagged transitions.
 In parallel mode :func:`actor_main` loops over it in its own process; in serial mode the learner's
@@ -14,11 +15,11 @@ import signal
 import time
 import traceback
 
-import gymnasium as gym
 import numpy as np
 
 from dqnlab.agent.policy import NumpyQ, ParamLayout
 from dqnlab.config import Config
+from dqnlab.engine.envs import make_bank
 from dqnlab.engine.replay import GO, STOP, WAIT, SharedReplay, wait_backoff
 from dqnlab.engine.shared import SharedArena
 from dqnlab.engine.weights import WeightBroadcast
@@ -94,17 +95,19 @@ class Actor:
         self.n = config.env.envs_per_worker
         self.k = config.run.replicas
         self.rngs = [np.random.default_rng([config.run.seed + r, worker]) for r in range(self.k)]
-        # the passive checker costs ~15% of a cheap env's step; TimeLimit (truncation) stays
         limits = config.env.worker_max_episode_steps
-        limit = {"max_episode_steps": limits[worker]} if worker < len(limits) and limits[worker] else {}
-        self.envs = [[gym.make(config.env.env_id, disable_env_checker=True, **limit) for _ in range(self.n)]
-                     for _ in range(self.k)]  # fmt: skip
-        first = []
-        for rng, envs in zip(self.rngs, self.envs):
-            seeds = rng.integers(0, 2**31 - 1, size=self.n)
-            first.append([np.asarray(env.reset(seed=int(s))[0], dtype=np.float32).reshape(-1)
-                          for env, s in zip(envs, seeds)])  # fmt: skip
-        self.obs = np.array(first, dtype=np.float32)  # (K, n, obs_dim)
+        limit = limits[worker] if worker < len(limits) and limits[worker] else None
+        self.banks = [make_bank(config.env.env_id, self.n, rng, limit) for rng in self.rngs]
+        self.obs = np.stack([bank.reset() for bank in self.banks])  # (K, n, obs_dim)
+        # what a step writes (the replay copies it at commit): preallocated, and the observations
+        # double-buffered, since the step writes the next observations while acting on these
+        shape = (self.k, self.n)
+        self._next_obs = np.empty_like(self.obs)
+        self._spare_obs = np.empty_like(self.obs)
+        self._rewards = np.empty(shape, dtype=np.float32)
+        self._terminated = np.empty(shape, dtype=np.bool_)
+        self._truncated = np.empty(shape, dtype=np.bool_)
+        self._done = np.empty(shape, dtype=np.bool_)
         self.policy = NumpyQ(layout, len(config.network.hidden_sizes), config.network.layer_norm, self.k)
         self.version = -1
         self._since_sync = config.run.sync_every  # pull before the first step
@@ -115,7 +118,7 @@ class Actor:
         self._claimed = False
         self._u = np.empty((self.k, 0))
         self._u_pos = 0
-        self._num_actions = int(self.envs[0][0].action_space.n)
+        self._num_actions = self.banks[0].num_actions
 
     def sync(self) -> None:
         if self.health_check is not None:  # an orphaned actor notices here even when never blocked
@@ -154,48 +157,37 @@ class Actor:
             self.sync()
         epsilon = epsilon_for(self.config, self.worker, self.replay.env_steps)
         self.board.epsilon[self.worker] = epsilon
-        obs = self.obs
+        obs, new_obs = self.obs, self._spare_obs
         actions = self.act(obs, epsilon)
-        shape = (self.k, self.n)
-        next_obs = np.empty_like(obs)
-        rewards = np.empty(shape, dtype=np.float32)
-        terminated = np.empty(shape, dtype=np.bool_)
-        truncated = np.empty(shape, dtype=np.bool_)
-        finished = []
+        next_obs, rewards, terminated, truncated = self._next_obs, self._rewards, self._terminated, self._truncated
+        for r, bank in enumerate(self.banks):
+            bank.step(actions[r], (next_obs[r], rewards[r], terminated[r], truncated[r], new_obs[r]))
         episode = self._episode.copy()
-        new_obs = obs.copy()
-        for r, envs in enumerate(self.envs):
-            for i, env in enumerate(envs):
-                o, rew, term, trunc, _ = env.step(int(actions[r, i]))
-                next_obs[r, i] = o
-                rewards[r, i] = rew
-                terminated[r, i] = term
-                truncated[r, i] = trunc
-                self._ep_return[r, i] += rew
-                self._ep_length[r, i] += 1
-                if term or trunc:
-                    finished.append((r, float(self._ep_return[r, i]), int(self._ep_length[r, i])))
-                    self._ep_return[r, i] = 0.0
-                    self._ep_length[r, i] = 0
-                    self._episode[r, i] = self._next_episode[r]
-                    self._next_episode[r] += 1
-                    o, _ = env.reset()
-                new_obs[r, i] = o
+        self._ep_return += rewards
+        self._ep_length += 1
+        finished = []
+        done = np.logical_or(terminated, truncated, out=self._done)
+        if done.any():
+            for r, i in zip(*np.nonzero(done)):
+                finished.append((int(r), float(self._ep_return[r, i]), int(self._ep_length[r, i])))
+                self._ep_return[r, i] = 0.0
+                self._ep_length[r, i] = 0
+                self._episode[r, i] = self._next_episode[r]
+                self._next_episode[r] += 1
         if self.step_delay_s:
             time.sleep(self.step_delay_s)
         code = self.replay.commit(
             self.worker, obs, actions, rewards, next_obs, terminated, truncated, episode,
             self.version, finished, claim_next=self.n, health_check=self.health_check,
         )  # fmt: skip
-        self.obs = new_obs
+        self.obs, self._spare_obs = new_obs, obs
         self._since_sync += self.n
         self._claimed = code == GO
         return GO
 
     def close(self) -> None:
-        for envs in self.envs:
-            for env in envs:
-                env.close()
+        for bank in self.banks:
+            bank.close()
 
 
 def actor_main(worker: int, config: Config, replay, weights, layout, board: ActorBoard, naive=None) -> None:
