@@ -67,3 +67,23 @@ def test_naive_setups_refuse_replicas_and_serial_mode():
         small(writers="hogwild", replicas=2)
     with pytest.raises(ConfigError, match="writers"):
         small(writers="local_copies", mode="serial")
+
+
+def test_a_local_copy_with_no_transition_of_its_own_leaves_the_owed_updates_to_the_others():
+    # at a high UTD with several workers, updates come due before some worker has committed anything:
+    # that worker cannot train its copy on its own data (it used to crash sampling from nothing)
+    from dqnlab.engine.build import build
+    from dqnlab.engine.naive import WorkerUpdates
+
+    config = small(writers="local_copies", utd=4.0, num_workers=2, learning_starts=32, probe_size=32)
+    parts = build(config, 4, 2)
+    replay, rng = parts.replay, np.random.default_rng(0)
+    obs = rng.standard_normal((1, 40, 4)).astype(np.float32)
+    flags = np.zeros((1, 40), bool)
+    replay.claim(40)
+    replay.commit(0, obs, np.zeros((1, 40), np.int64), np.ones((1, 40), np.float32), obs, flags, flags,
+                  np.zeros((1, 40), np.int64), 0, [], claim_next=0)  # worker 0 alone has produced  # fmt: skip
+    idle, busy = (WorkerUpdates(w, config, replay, parts.naive, parts.layout, 4, 2) for w in (1, 0))
+    assert idle.run_owed() == 0  # nothing of its own: no claim, no crash
+    assert busy.run_owed() == 4 * (40 - 32)  # the owed updates are all taken, by the worker with data
+    parts.pool.stop()

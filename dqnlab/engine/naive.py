@@ -130,8 +130,12 @@ class WorkerUpdates:
         flatten_into(self.net, out)
 
     def _claim(self) -> int | None:
-        """The id of the next update the data owe, claimed for this worker; None if none is owed."""
+        """The id of the next update the data owe, claimed for this worker; None if none is owed, or
+        (local_copies) while this worker has no transition of its own to train on: the others take
+        the owed updates meanwhile."""
         r = self.config.run
+        if self.mode == "local_copies" and self.replay.resident_of(self.worker) == 0:
+            return None
         with self.shared.lock:
             owed = math.floor(self.config.agent.utd * (self.replay.env_steps - r.learning_starts) + 1e-9)
             c = self.shared.counters

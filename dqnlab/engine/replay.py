@@ -121,6 +121,10 @@ class SharedReplay:
     def resident(self) -> np.ndarray:
         return self._a["resident"].copy()
 
+    def resident_of(self, worker: int) -> int:
+        """How many of ``worker``'s transitions the ring holds now (one aligned int64 read, no lock)."""
+        return int(self._a["resident"][worker])
+
     def max_abs_reward(self) -> np.ndarray:
         """Per replica, the largest |reward| resident (0 before any)."""
         n = self.size
