@@ -37,7 +37,7 @@ from dqnlab.engine.limiter import RateLimiter
 from dqnlab.engine.replay import SharedReplay
 from dqnlab.engine.shared import SharedArena
 from dqnlab.engine.weights import WeightBroadcast
-from dqnlab.threads import set_threads
+from dqnlab.threads import learner_cpu, set_threads
 
 ENV_ID = "CartPole-v1"
 
@@ -166,12 +166,13 @@ def stacked_learner(replicas: int, updates: int) -> float:
     replay.commit(0, obs, rng.integers(0, 2, (k, n)), np.ones((k, n), np.float32), obs, rng.random((k, n)) < 0.02,
                   np.zeros((k, n), bool), np.zeros((k, n), np.int64), 0, [], claim_next=0)  # fmt: skip
     rngs = [np.random.default_rng(i) for i in range(k)]
-    for _ in range(30):
-        learner.update(replay.sample(rngs, config.agent.batch_size))
-    t = time.perf_counter()
-    for _ in range(updates):
-        learner.update(replay.sample(rngs, config.agent.batch_size))
-    return updates * replicas / (time.perf_counter() - t)
+    with learner_cpu(1):  # as the engine runs it
+        for _ in range(30):
+            learner.update(replay.sample(rngs, config.agent.batch_size))
+        t = time.perf_counter()
+        for _ in range(updates):
+            learner.update(replay.sample(rngs, config.agent.batch_size))
+        return updates * replicas / (time.perf_counter() - t)
 
 
 def engine_run(utd: float, workers: int, total: int, **overrides) -> dict[str, float]:

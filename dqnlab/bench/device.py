@@ -141,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--updates", type=int, default=0, help="updates per CPU measurement (default: by size)")
     args = parser.parse_args(argv)
     set_threads(1)
+    torch.set_flush_denormal(True)  # as the engine's learner runs (dqnlab.threads.learner_cpu)
     cuda = torch.cuda.is_available()
     print(f"torch {torch.__version__}; CUDA: {torch.cuda.get_device_name(0) if cuda else 'not available'}")
     modes = ["cpu eager"] + (["cuda eager", "cuda graph"] if cuda else [])

@@ -22,7 +22,7 @@ from dqnlab.engine.result import ReplicaResult, RunFailed, RunResult
 from dqnlab.engine.window import MetricsWindow
 from dqnlab.metrics import ENV_STEPS
 from dqnlab.signals import sigterm_as_interrupt
-from dqnlab.threads import set_threads
+from dqnlab.threads import learner_cpu
 from dqnlab.tracking.callbacks import CallbackList
 
 HOUSEKEEPING_S = 0.1  # how often the learner checks workers and reports progress
@@ -52,8 +52,7 @@ class Engine:
         result); KeyboardInterrupt (SIGINT/SIGTERM) re-raised after a clean stop."""
         self.t0 = time.monotonic()
         self.cb.on_start(self.parts.config)
-        prev_threads = set_threads(self.parts.config.run.learner_threads)
-        with sigterm_as_interrupt():
+        with sigterm_as_interrupt(), learner_cpu(self.parts.config.run.learner_threads):
             try:
                 self.parts.pool.start()
                 status = self._finish(self._loop())
@@ -70,7 +69,6 @@ class Engine:
                 raise RunFailed(f"run failed: {exc}", result) from exc
             finally:
                 self._stop()
-                set_threads(prev_threads)
         result = self._result(status, None)
         self.cb.on_end(result)
         return result
