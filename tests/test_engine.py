@@ -332,3 +332,18 @@ def test_heterogeneous_workers_get_their_own_time_limit_and_step_delay(monkeypat
     assert result.status == "completed"
     with pytest.raises(Exception, match="worker_max_episode_steps"):
         small(worker_max_episode_steps=(5, 5, 5))  # more entries than workers
+
+
+def test_the_learner_flushes_denormals_while_it_runs_and_restores_the_process_after(leak_guard):
+    denormal = torch.tensor([1e-39])  # below float32's smallest normal, 1.18e-38
+
+    class Watch:
+        seen: list[tuple[bool, int]] = []
+
+        def on_progress(self, env_steps, updates, total_env_steps, elapsed_s):
+            self.seen.append((bool((denormal * 1.0 == 0).all()), torch.get_num_threads()))
+
+    threads = torch.get_num_threads()
+    train(small(mode="serial", total_env_steps=600, learner_threads=1), callbacks=[Watch()])
+    assert Watch.seen and all(flushed and n == 1 for flushed, n in Watch.seen)  # flushed: arithmetic reads it as 0
+    assert (denormal * 1.0 != 0).all() and torch.get_num_threads() == threads  # the caller's process as it was
