@@ -31,7 +31,7 @@ def _batch(rng, n=32, replicas=1, reward_scale=1.0):
     z = np.zeros((replicas, n), dtype=np.int64)
     rewards = (reward_scale * rng.standard_normal((replicas, n))).astype(np.float32)
     return Batch(obs, rng.integers(0, 2, (replicas, n)), rewards, rng.standard_normal((replicas, n, 4)).astype(np.float32),
-                 rng.random((replicas, n)) < 0.1, np.zeros((replicas, n), bool), z.astype(np.int16), z, z, z)  # fmt: skip
+                 rng.random((replicas, n)) < 0.1, z.astype(np.int16), z, z)  # fmt: skip
 
 
 def _learner(**overrides) -> Learner:

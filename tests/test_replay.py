@@ -20,13 +20,15 @@ def _make(capacity: int, workers: int, total: int, utd: float = 1.0, strict: boo
 
 
 def _commit(replay: SharedReplay, worker: int, n: int, version: int = 0) -> int:
-    """One actor step of ``n`` envs per replica; replica k's observations hold (worker, k)."""
+    """One actor step of ``n`` envs per replica; replica k's observations hold (worker, k), its actions
+    the transitions' sequence numbers (which slot a sampled row came from)."""
     k = replay.replicas
     obs = np.empty((k, n, 2), dtype=np.float32)
     obs[..., 0] = worker
     obs[..., 1] = np.arange(k)[:, None]
     z = np.zeros((k, n), dtype=bool)
-    return replay.commit(worker, obs, np.zeros((k, n), np.int64), np.ones((k, n), np.float32), obs, z, z,
+    seq = np.broadcast_to(replay.env_steps + np.arange(n), (k, n))
+    return replay.commit(worker, obs, seq, np.ones((k, n), np.float32), obs, z, z,
                          np.zeros((k, n), np.int64), version, [], claim_next=n)  # fmt: skip
 
 
@@ -138,7 +140,7 @@ def test_each_replica_samples_its_own_transitions_with_its_own_generator():
         again.claim(200)
         _commit(again, w, 200)
     alone = again.sample([np.random.default_rng(2)], 64)  # replica 2's generator, in a one-replica replay
-    np.testing.assert_array_equal(alone.seq[0], batch.seq[2])  # the same draws
+    np.testing.assert_array_equal(alone.actions[0], batch.actions[2])  # the same draws (actions hold seq)
     assert replay.sampled.shape == (3, 2) and (replay.sampled.sum(axis=1) == 64).all()
 
 

@@ -11,19 +11,17 @@ import numpy as np
 class Batch:
     """Arrays of one batch, ``B`` rows each (a leading replica axis where the replay has one).
 
-    ``terminated`` stops bootstrapping, ``truncated`` does not; ``worker`` produced the row, ``version``
-    is the parameter version that chose its action, ``insert_updates`` the learner's updates when it
-    was inserted, ``seq`` its global sequence number."""
+    ``terminated`` stops bootstrapping (a truncated transition bootstraps like any other, so the
+    learner never needs ``truncated``); ``worker`` produced the row, ``version`` is the parameter
+    version that chose its action, ``insert_updates`` the learner's updates when it was inserted."""
 
     obs: np.ndarray
     actions: np.ndarray
     rewards: np.ndarray
     next_obs: np.ndarray
     terminated: np.ndarray
-    truncated: np.ndarray
     worker: np.ndarray
     version: np.ndarray
-    seq: np.ndarray
     insert_updates: np.ndarray
 
     def learner_arrays(self) -> tuple[np.ndarray, ...]:

@@ -59,6 +59,7 @@ class StackedQ:
     def __init__(self, layout: ParamLayout, flat: torch.Tensor, num_hidden: int, layer_norm: bool):
         self._layout = layout
         self.flat = flat
+        self._host = flat.detach().reshape(-1).numpy() if flat.device.type == "cpu" else None  # flat's own memory
         self.num_hidden, self.layer_norm = num_hidden, layer_norm
         v = layout.views(flat)
         self._named = v
@@ -111,6 +112,8 @@ class StackedQ:
     def host_vector(self) -> np.ndarray:
         """The K replicas' vectors back to back as float32 numpy: a view of :attr:`flat` on the CPU
         (valid until its next in-place change), a copy from any other device."""
+        if self._host is not None:
+            return self._host
         return self.flat.detach().reshape(-1).to("cpu", torch.float32).numpy()
 
     @staticmethod

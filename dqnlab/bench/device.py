@@ -43,8 +43,8 @@ def synthetic_batches(replicas: int, batch: int, count: int, seed: int = 0) -> l
         obs = rng.standard_normal((*shape, OBS_DIM)).astype(np.float32)
         zeros = np.zeros(shape, np.int64)
         out.append(Batch(obs=obs, actions=rng.integers(0, NUM_ACTIONS, shape), rewards=np.ones(shape, np.float32),
-                         next_obs=obs + 0.01, terminated=rng.random(shape) < 0.02, truncated=np.zeros(shape, bool),
-                         worker=zeros, version=zeros, seq=zeros, insert_updates=zeros))  # fmt: skip
+                         next_obs=obs + 0.01, terminated=rng.random(shape) < 0.02, worker=zeros, version=zeros,
+                         insert_updates=zeros))  # fmt: skip
     return out
 
 

@@ -97,7 +97,7 @@ class Engine:
                 if self.probe is None:
                     self.probe = torch.from_numpy(replay.sample_obs(self.rngs, r.probe_size))
                 batch = replay.sample(self.rngs, p.config.agent.batch_size, health)
-                self.window.lag.add(updates - batch.version, batch.insert_updates - batch.version)
+                self.window.lag.add(updates, batch.version, batch.insert_updates)
                 log_now = (updates + 1) % r.log_every == 0
                 stats = learner.update(batch, want_stats=log_now)
                 replay.set_updates(learner.updates)

@@ -24,39 +24,55 @@ from dqnlab.metrics import (
 
 class LagMeter:
     """Per replica, policy lag (learner version at sampling minus acting version) and actor staleness
-    (learner updates between acting version and insertion) of every sampled batch element, in updates."""
+    (learner updates between acting version and insertion) of every sampled batch element, in updates.
+
+    Fed once per update, so it keeps only what the means and maxima need (integer sums, exact): the
+    window's sums, folded into the run's at each :meth:`pop`."""
 
     def __init__(self, replicas: int = 1) -> None:
-        self._win = np.zeros((replicas, 3))  # lag sum, staleness sum, count
+        self._win_lag = np.zeros(replicas, dtype=np.int64)  # sums over the window's batch elements
+        self._win_stale = np.zeros(replicas, dtype=np.int64)
         self._win_max = np.zeros(replicas, dtype=np.int64)
-        self._run = np.zeros((replicas, 3))
+        self._win_count = 0  # batch elements per replica (every replica draws the same batch size)
+        self._run_lag = np.zeros(replicas, dtype=np.int64)
+        self._run_stale = np.zeros(replicas, dtype=np.int64)
         self._run_max = np.zeros(replicas, dtype=np.int64)
+        self._run_count = 0
 
-    def add(self, lag: np.ndarray, staleness: np.ndarray) -> None:
-        """``lag``, ``staleness``: ``(K, B)``, one row per replica's batch."""
-        sums = np.stack([lag.sum(axis=1), staleness.sum(axis=1), np.full(len(lag), lag.shape[1])], axis=1)
-        self._win += sums
-        self._run += sums
-        m = lag.max(axis=1)
-        np.maximum(self._win_max, m, out=self._win_max)
-        np.maximum(self._run_max, m, out=self._run_max)
+    def add(self, updates: int, version: np.ndarray, insert_updates: np.ndarray) -> None:
+        """One batch per replica, sampled when the learner had made ``updates`` updates: ``version``
+        (the acting versions) and ``insert_updates`` ``(K, B)``. An element's lag is
+        ``updates - version``, its staleness ``insert_updates - version``."""
+        batch = version.shape[1]
+        version_sum = version.sum(axis=1)
+        self._win_lag += updates * batch - version_sum
+        self._win_stale += insert_updates.sum(axis=1) - version_sum
+        np.maximum(self._win_max, updates - version.min(axis=1), out=self._win_max)
+        self._win_count += batch
 
     def pop(self) -> list[dict[str, float]]:
         """Per replica, window and run metrics; starts a new window. Empty before the first sample."""
+        self._run_lag += self._win_lag
+        self._run_stale += self._win_stale
+        np.maximum(self._run_max, self._win_max, out=self._run_max)
+        self._run_count += self._win_count
         out: list[dict[str, float]] = []
-        for win, win_max, run, run_max in zip(self._win, self._win_max, self._run, self._run_max):
+        win, run = self._win_count, self._run_count
+        for k in range(len(self._win_lag)):
             m: dict[str, float] = {}
-            if win[2]:
-                m[POLICY_LAG_MEAN] = win[0] / win[2]
-                m[POLICY_LAG_MAX] = float(win_max)
-                m[ACTOR_STALENESS_MEAN] = win[1] / win[2]
-            if run[2]:
-                m[POLICY_LAG_RUN_MEAN] = run[0] / run[2]
-                m[POLICY_LAG_RUN_MAX] = float(run_max)
-                m[ACTOR_STALENESS_RUN_MEAN] = run[1] / run[2]
+            if win:
+                m[POLICY_LAG_MEAN] = float(self._win_lag[k]) / win
+                m[POLICY_LAG_MAX] = float(self._win_max[k])
+                m[ACTOR_STALENESS_MEAN] = float(self._win_stale[k]) / win
+            if run:
+                m[POLICY_LAG_RUN_MEAN] = float(self._run_lag[k]) / run
+                m[POLICY_LAG_RUN_MAX] = float(self._run_max[k])
+                m[ACTOR_STALENESS_RUN_MEAN] = float(self._run_stale[k]) / run
             out.append(m)
-        self._win[:] = 0.0
+        self._win_lag[:] = 0
+        self._win_stale[:] = 0
         self._win_max[:] = 0
+        self._win_count = 0
         return out
 
 

@@ -86,6 +86,11 @@ class SharedReplay:
         a = {k.removeprefix("replay."): v for k, v in self._arena.arrays.items() if k.startswith("replay.")}
         self._a = a
         self._counters = a["counters"]
+        # the per-replica columns as (capacity * K, ...) rows: sampling gathers along one axis
+        rows = self.capacity * self.replicas
+        self._by_cell = {name: a[name].reshape(rows, *a[name].shape[2:])
+                         for name in ("obs", "next_obs", "actions", "rewards", "terminated")}  # fmt: skip
+        self._replica_rows = np.arange(self.replicas)[:, None]
 
     # --- counters ------------------------------------------------------------------------------
     @property
@@ -230,25 +235,28 @@ class SharedReplay:
                health_check: Callable[[], None] | None = None) -> Batch:  # fmt: skip
         """One uniform batch per replica (with replacement, over the resident slots), replica k's drawn
         with ``rngs[k]``: arrays ``(K, batch_size, ...)``. Counts draws per replica and worker."""
-        a = self._a
-        rows = np.arange(self.replicas)[:, None]
-        with self._locked(health_check):
+        a, k = self._a, self.replicas
+        self._acquire(health_check)  # not ``with self._locked``: see commit
+        try:
             size = min(int(self._counters[1]), self.capacity)
-            idx = np.stack([rng.integers(0, size, size=batch_size) for rng in rngs])
-            batch = Batch(
-                obs=a["obs"][idx, rows],
-                actions=a["actions"][idx, rows],
-                rewards=a["rewards"][idx, rows],
-                next_obs=a["next_obs"][idx, rows],
-                terminated=a["terminated"][idx, rows],
-                truncated=a["truncated"][idx, rows],
-                worker=a["worker"][idx],
-                version=a["version"][idx],
-                seq=a["seq"][idx],
-                insert_updates=a["insert_updates"][idx],
-            )
-        for k in range(self.replicas):
-            self.sampled[k] += np.bincount(batch.worker[k], minlength=self.num_workers)
+            if k == 1:
+                slots = rngs[0].integers(0, size, size=(1, batch_size))
+                cells = slots
+            else:
+                slots = np.stack([rng.integers(0, size, size=batch_size) for rng in rngs])
+                cells = slots * k + self._replica_rows  # replica r's transition in slot s: row s*K + r
+            c = self._by_cell
+            batch = Batch(obs=c["obs"][cells], actions=c["actions"][cells], rewards=c["rewards"][cells],
+                          next_obs=c["next_obs"][cells], terminated=c["terminated"][cells],
+                          worker=a["worker"][slots], version=a["version"][slots],
+                          insert_updates=a["insert_updates"][slots])  # fmt: skip
+        finally:
+            self._lock.release()
+        w = self.num_workers
+        if k == 1:
+            self.sampled[0] += np.bincount(batch.worker[0], minlength=w)
+        else:  # one bincount over (replica, worker) pairs
+            self.sampled += np.bincount((batch.worker + self._replica_rows * w).ravel(), minlength=k * w).reshape(k, w)
         return batch
 
     def sample_worker(self, rng: np.random.Generator, batch_size: int, worker: int) -> Batch:
@@ -262,8 +270,8 @@ class SharedReplay:
             rows = np.zeros((1, 1), dtype=np.int64)
             return Batch(obs=a["obs"][idx, rows], actions=a["actions"][idx, rows], rewards=a["rewards"][idx, rows],
                          next_obs=a["next_obs"][idx, rows], terminated=a["terminated"][idx, rows],
-                         truncated=a["truncated"][idx, rows], worker=a["worker"][idx], version=a["version"][idx],
-                         seq=a["seq"][idx], insert_updates=a["insert_updates"][idx])  # fmt: skip
+                         worker=a["worker"][idx], version=a["version"][idx],
+                         insert_updates=a["insert_updates"][idx])  # fmt: skip
 
     def sample_obs(self, rngs: list[np.random.Generator], n: int) -> np.ndarray:
         """Per replica, ``n`` distinct resident observations (the diagnostics probe batch): ``(K, n, obs_dim)``."""
