@@ -29,5 +29,5 @@ def test_lag_and_staleness_are_the_hand_computed_means_and_maxima_per_replica_pe
     meter.add(20, np.array([[19, 19], [0, 20]]), np.array([[19, 20], [20, 20]]))
     second = meter.pop()
     assert second[0][POLICY_LAG_MEAN] == 1 and second[0][POLICY_LAG_MAX] == 1  # the window starts afresh ...
-    assert second[0][POLICY_LAG_RUN_MEAN] == pytest.approx(20 / 6) and second[0][POLICY_LAG_RUN_MAX] == 10  # ... the run goes on
+    assert second[0][POLICY_LAG_RUN_MEAN] == pytest.approx(20 / 6) and second[0][POLICY_LAG_RUN_MAX] == 10  # run: on
     assert second[1][POLICY_LAG_RUN_MAX] == 20 and second[1][ACTOR_STALENESS_RUN_MEAN] == pytest.approx(21 / 6)

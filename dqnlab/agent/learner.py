@@ -48,7 +48,7 @@ def td_target(
         next_v = next_q_target.max(dim=-1).values
     else:
         next_v = next_q_target.gather(-1, next_q_online.argmax(dim=-1, keepdim=True)).squeeze(-1)
-    return rewards + gamma * (~terminated).to(next_v.dtype) * next_v
+    return torch.add(rewards, next_v.masked_fill(terminated, 0.0), alpha=gamma)
 
 
 def clip_per_replica_(grads: torch.Tensor, max_norm: float) -> torch.Tensor:

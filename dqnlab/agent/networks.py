@@ -63,10 +63,13 @@ class StackedQ:
         self.num_hidden, self.layer_norm = num_hidden, layer_norm
         v = layout.views(flat)
         self._named = v
-        self._hidden = [(v[f"hidden.{i}.weight"], v[f"hidden.{i}.bias"],
-                         (v[f"norms.{i}.weight"], v[f"norms.{i}.bias"]) if layer_norm else None)
+        # the views every forward and backward uses, made once (views of ``flat``: they see its in-place
+        # changes): weight, its transpose, bias as (K, 1, out), LayerNorm affine as (K, 1, H) or None
+        self._hidden = [(v[f"hidden.{i}.weight"], v[f"hidden.{i}.weight"].transpose(1, 2),
+                         v[f"hidden.{i}.bias"].unsqueeze(1),
+                         (v[f"norms.{i}.weight"].unsqueeze(1), v[f"norms.{i}.bias"].unsqueeze(1)) if layer_norm else None)
                         for i in range(num_hidden)]  # fmt: skip
-        self._head = (v["head.weight"], v["head.bias"])
+        self._head = (v["head.weight"], v["head.weight"].transpose(1, 2), v["head.bias"].unsqueeze(1))
 
     @classmethod
     def stack(cls, nets: list[QNetwork]) -> StackedQ:
@@ -116,29 +119,30 @@ class StackedQ:
             return self._host
         return self.flat.detach().reshape(-1).to("cpu", torch.float32).numpy()
 
-    @staticmethod
-    def _linear(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return torch.baddbmm(b.unsqueeze(1), h, w.transpose(1, 2))
-
-    def _hidden_layer(self, h: torch.Tensor, w: torch.Tensor, b: torch.Tensor, ln, tape: list | None) -> torch.Tensor:
+    def _hidden_layer(self, h: torch.Tensor, layer: tuple, tape: list | None) -> torch.Tensor:
         """``relu(LayerNorm?(h W^T + b))``; appends ``(input, pre-norm, normalised, mean, rstd, output)``
         to ``tape`` when given."""
-        z = self._linear(h, w, b)
+        _, w_t, b, ln = layer
+        z = torch.baddbmm(b, h, w_t)
         if ln is None:
             y = mean = rstd = None
             out = torch.relu(z)
         else:
             y, mean, rstd = torch.native_layer_norm(z, z.shape[-1:], None, None, LN_EPS)
-            out = torch.relu(torch.addcmul(ln[1].unsqueeze(1), y, ln[0].unsqueeze(1)))
+            out = torch.relu(torch.addcmul(ln[1], y, ln[0]))
         if tape is not None:
             tape.append((h, z, y, mean, rstd, out))
         return out
 
+    def _head_layer(self, h: torch.Tensor) -> torch.Tensor:
+        _, w_t, b = self._head
+        return torch.baddbmm(b, h, w_t)
+
     def __call__(self, obs: torch.Tensor) -> torch.Tensor:
         h = obs
-        for w, b, ln in self._hidden:
-            h = self._hidden_layer(h, w, b, ln, None)
-        return self._linear(h, *self._head)
+        for layer in self._hidden:
+            h = self._hidden_layer(h, layer, None)
+        return self._head_layer(h)
 
     def forward_with_activations(self, obs: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Q-values ``(K, B, A)`` and the post-ReLU activation ``(K, B, H)`` of every hidden layer."""
@@ -149,28 +153,28 @@ class StackedQ:
         """Q-values ``(K, B, A)`` and the tape :meth:`backward` reads (one entry per hidden layer)."""
         tape: list[tuple] = []
         h = obs
-        for w, b, ln in self._hidden:
-            h = self._hidden_layer(h, w, b, ln, tape)
-        return self._linear(h, *self._head), tape
+        for layer in self._hidden:
+            h = self._hidden_layer(h, layer, tape)
+        return self._head_layer(h), tape
 
     def backward(self, tape: list[tuple], dq: torch.Tensor) -> torch.Tensor:
         """``dL/dflat`` ``(K, P)`` given ``dq = dL/dQ`` ``(K, B, A)`` at the forward that made ``tape``:
         per layer ``dW = dz^T h``, ``db = sum_B dz``, ``dh = dz W``; ReLU passes where its output is
         positive; LayerNorm's affine part by hand, its normalisation by aten's own backward kernel."""
         grads: dict[str, torch.Tensor] = {}
-        w, _ = self._head
+        w = self._head[0]
         grads["head.weight"] = torch.bmm(dq.transpose(1, 2), tape[-1][-1])
         grads["head.bias"] = dq.sum(1)
         dh = torch.bmm(dq, w)
         for i in reversed(range(self.num_hidden)):
             h, z, y, mean, rstd, out = tape[i]
-            w, _, ln = self._hidden[i]
+            w, _, _, ln = self._hidden[i]
             dz = torch.ops.aten.threshold_backward(dh, out, 0)  # relu: pass where the output is positive
             if ln is not None:
                 grads[f"norms.{i}.weight"] = (dz * y).sum(1)
                 grads[f"norms.{i}.bias"] = dz.sum(1)
-                dz = torch.ops.aten.native_layer_norm_backward(dz * ln[0].unsqueeze(1), z, z.shape[-1:], mean, rstd,
-                                                               None, None, [True, False, False])[0]  # fmt: skip
+                dz = torch.ops.aten.native_layer_norm_backward(dz * ln[0], z, z.shape[-1:], mean, rstd, None, None,
+                                                               [True, False, False])[0]  # fmt: skip
             grads[f"hidden.{i}.weight"] = torch.bmm(dz.transpose(1, 2), h)
             grads[f"hidden.{i}.bias"] = dz.sum(1)
             if i > 0:
