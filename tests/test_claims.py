@@ -12,7 +12,7 @@ from dqnlab.study.claims import claim_grid_point, claims_engine
 
 @pytest.fixture
 def engine(tmp_path):
-    eng = claims_engine(f"sqlite:///{tmp_path / 'claims.db'}", {"connect_args": {"timeout": 60}})
+    eng = claims_engine(f"sqlite:///{tmp_path / 'claims.db'}", {"connect_args": {"timeout": 60}}, create=True)
     yield eng
     eng.dispose()
 
@@ -46,7 +46,7 @@ def _contend(url: str, number: int, barrier, results) -> None:
 @pytest.mark.parametrize("round_", range(3))
 def test_simultaneous_claims_from_many_processes_grant_exactly_one(leak_guard, tmp_path, round_):
     url = f"sqlite:///{tmp_path / 'claims.db'}"
-    eng = claims_engine(url)
+    eng = claims_engine(url, create=True)
     if round_:  # a failed earlier owner: every contender tries the takeover UPDATE at once
         claim_grid_point(eng, "s", "P", 7, lambda n: "RUNNING")
     eng.dispose()
@@ -99,7 +99,7 @@ def test_a_point_queued_twice_by_the_stale_retry_race_runs_once(tmp_path, monkey
     # process B pops the higher-numbered copy first and is running it (it claimed the point)
     second = max(waiting, key=lambda t: t.number)
     storage.set_trial_state_values(second._trial_id, TrialState.RUNNING)
-    eng = claims_engine_for(loc.storage)
+    eng = claims_engine_for(loc.storage, create=True)
     assert claim_grid_point(eng, spec.study_name, second.user_attrs["grid_point"], second.number,
                             lambda n: study.get_trials(deepcopy=False)[n].state.name) is None  # fmt: skip
     eng.dispose()

@@ -316,3 +316,15 @@ def test_the_default_utd_preset_runs_its_jobs_without_a_core_warning_on_two_core
     assert capsys.readouterr().err == ""
     warn_cpu_budget(study, jobs + 1)  # and the warning does fire when the jobs outnumber the cores
     assert "will compete" in capsys.readouterr().err
+
+
+def test_a_fresh_study_with_two_jobs_runs_both_and_exits_cleanly(tmp_path):
+    # the README's first command is a `--jobs 2` sweep on a fresh results folder; both trial processes
+    # used to create the claims table at once, and one died ("table already exists")
+    res = run_utd(tmp_path, "--axis", "utd=0.5,1,2,4", "--jobs", "2")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "already exists" not in res.stderr
+    assert len(set(completed_points(tmp_path))) == 4
+    with sqlite3.connect(tmp_path / "optuna.db") as db:
+        workers = {w for (w,) in db.execute("select value_json from trial_user_attributes where key = 'worker'")}
+    assert len(workers) == 2  # both trial processes ran trials

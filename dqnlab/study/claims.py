@@ -31,10 +31,14 @@ CLAIMS = Table(
 RELEASED_STATES = ("FAIL", "PRUNED")
 
 
-def claims_engine(storage_url: str, engine_kwargs: dict | None = None) -> Engine:
-    """An engine on the study's database with the claims table created (idempotent)."""
+def claims_engine(storage_url: str, engine_kwargs: dict | None = None, create: bool = False) -> Engine:
+    """An engine on the study's database; ``create`` makes the claims table if it is missing. Only the
+    sweep's serialised set-up creates it: two processes creating it at once both see it missing and
+    the second fails ("table already exists"), which killed one of the ``--jobs`` workers of a fresh
+    study."""
     engine = create_engine(storage_url, **(engine_kwargs or {}))
-    _META.create_all(engine, checkfirst=True)
+    if create:
+        _META.create_all(engine, checkfirst=True)
     return engine
 
 

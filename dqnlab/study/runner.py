@@ -229,6 +229,7 @@ def run_sweep(
             study = open_study(spec, storage)  # created once, before any trial process starts
         except Exception as exc:  # sqlalchemy OperationalError, missing driver, ...
             raise SweepError(f"--storage: cannot open Optuna storage {without_password(loc.storage)!r}: {exc}") from None
+        claims_engine_for(loc.storage, create=True).dispose()  # before any worker process claims
         optuna.storages.fail_stale_trials(study)
         mark_killed_runs(study, client)
         top_up_queue(study, spec)

@@ -104,11 +104,12 @@ def engine_kwargs(url: str) -> dict[str, Any] | None:
     return None
 
 
-def claims_engine_for(url: str):
-    """The grid-claims table's engine on the study's own database (:mod:`dqnlab.study.claims`)."""
+def claims_engine_for(url: str, create: bool = False):
+    """The grid-claims table's engine on the study's own database (:mod:`dqnlab.study.claims`);
+    ``create`` (the set-up, under its lock) makes the table."""
     from dqnlab.study.claims import claims_engine
 
-    return claims_engine(url, engine_kwargs(url))
+    return claims_engine(url, engine_kwargs(url), create)
 
 
 def retry_callback():
