@@ -114,3 +114,24 @@ def test_a_point_queued_twice_by_the_stale_retry_race_runs_once(tmp_path, monkey
     assert first.state == TrialState.PRUNED and first.user_attrs["duplicate_of"] == second.number
     trial_runs = client.search_runs([experiment], filter_string="tags.`dqnlab.role` = 'trial'")
     assert trial_runs == []  # nothing ran the point a second time
+
+
+def test_the_queue_holds_the_costliest_grid_points_first(tmp_path):
+    # --jobs N pops the queue in order: long trials first, so the cheap ones fill the last gaps
+    import json
+
+    from optuna.trial import TrialState
+
+    from dqnlab.study.queue import open_study, top_up_queue
+    from dqnlab.study.spec import SweepSpec
+    from dqnlab.study.storage import locations, make_storage
+
+    spec = SweepSpec("queue", "queue-test", dict(total_env_steps=20_000, learning_starts=1000, replicas=8),
+                     {"utd": [0.25, 4.0, 1.0], "layer_norm": [False, True]})  # fmt: skip
+    loc = locations(tmp_path, None, None)
+    study = open_study(spec, make_storage(loc.storage, heartbeat_s=10, grace_s=30))
+    assert top_up_queue(study, spec) == 6
+    waiting = sorted(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)), key=lambda t: t.number)
+    order = [json.loads(t.user_attrs["grid_point"]) for t in waiting]
+    assert [(p["utd"], p["layer_norm"]) for p in order] == [
+        (4.0, True), (4.0, False), (1.0, True), (1.0, False), (0.25, True), (0.25, False)]

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dqnlab.study.spec import SweepSpec, encode, point_key
+from dqnlab.study.spec import SweepSpec, encode, estimate_trial_s, point_key
 
 
 def grid_sampler(spec: SweepSpec):
@@ -22,13 +22,16 @@ def open_study(spec: SweepSpec, storage):
 
 
 def top_up_queue(study, spec: SweepSpec) -> int:
-    """Enqueue every grid point that has no COMPLETE, WAITING or RUNNING trial; returns how many."""
+    """Enqueue every grid point that has no COMPLETE, WAITING or RUNNING trial; returns how many.
+    Costliest first (by :func:`estimate_trial_s`): trial processes pop the queue in order, and with
+    the long trials started first the cheap ones fill the gaps at the end, so ``--jobs N`` keeps its
+    N cores busy to the last trial instead of one long trial running alone."""
     from optuna.trial import TrialState
 
     live = {TrialState.COMPLETE, TrialState.WAITING, TrialState.RUNNING}
     covered = {t.user_attrs.get("grid_point") for t in study.get_trials(deepcopy=False) if t.state in live}
     added = 0
-    for point in spec.points():
+    for point in sorted(spec.points(), key=lambda p: -estimate_trial_s(spec.config_for(p))):
         key = point_key(point)
         if key not in covered:
             study.enqueue_trial({a: encode(v) for a, v in point.items()}, user_attrs={"grid_point": key})

@@ -96,12 +96,14 @@ def decode(axis: str, value: Any) -> Any:
 
 
 def estimate_trial_s(config: Config) -> float:
-    """Rough seconds per trial on a 2-core machine (figures of ``python -m dqnlab.bench``: a stacked
-    update of K replicas ~0.8 + 0.2 K ms with two trials side by side, an actor ~20k env steps/s, an evaluation episode ~250
-    steps at ~20 us, ~3 s to start the trial process)."""
+    """Rough seconds per trial on a 2-core machine with two trials side by side: a stacked update of K
+    replicas ~0.33 + 0.14 K ms in the engine (1.6x that with LayerNorm; measured with the default
+    preset), an actor ~20k env steps/s, an evaluation episode ~250 steps at ~20 us, ~3 s to start
+    the trial process."""
     r, k = config.run, config.run.replicas
     steps = r.total_env_steps
-    learner = config.agent.utd * max(0, steps - r.learning_starts) * (8e-4 + 2e-4 * k)
+    per_update_s = (3.3e-4 + 1.4e-4 * k) * (1.6 if config.network.layer_norm else 1.0)
+    learner = config.agent.utd * max(0, steps - r.learning_starts) * per_update_s
     actors = steps * k / (20_000.0 * config.env.num_workers)
     evals = (steps / r.eval_every_steps + 1) * k * r.eval_episodes * 250 * 2e-5 if r.eval_every_steps else 0.0
     return max(learner, actors) + evals + 3.0
