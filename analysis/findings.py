@@ -364,9 +364,10 @@ def main(argv: list[str] | None = None) -> int:
         sections.append(f"## {title}\n{finding.text}")
 
     if "writers" in want:
-        # the naive study ran at UTD 1 only (`--axis utd=1 --study-name writers-naive-utd1`); never also
-        # read an interrupted `writers-naive`: the same seeds of the same cells would count twice
-        parts = [study("writers", name)[0] for name in ("writers-single", "writers-naive-utd1")]
+        # the naive grid runs as one study per UTD (`--axis utd=1 --study-name writers-naive-utd1`, and
+        # utd4); never also read an interrupted `writers-naive`: the same seeds of the same cells would
+        # count twice
+        parts = [study("writers", name)[0] for name in ("writers-single", "writers-naive-utd1", "writers-naive-utd4")]
         runs = pd.concat([r for r in parts if not r.empty], ignore_index=True) if any(len(r) for r in parts) else None
         if runs is not None:
             add("Finding 1: one writer vs naive writers", finding_writers(runs))

@@ -3,7 +3,8 @@ beside the naive setups, measured on the same env, network and replay ratio.
 
     python sweeps/writers.py --preset single   # the design: 10 seeds per cell as replicas
     python sweeps/writers.py --preset naive    # hogwild and local_copies, 10 seeds as 10 trials each
-    python sweeps/writers.py --preset naive --axis utd=1 --study-name writers-naive-utd1   # what docs/findings.md ran
+    python sweeps/writers.py --preset naive --axis utd=1 --study-name writers-naive-utd1   # what docs/findings.md ran,
+    python sweeps/writers.py --preset naive --axis utd=4 --study-name writers-naive-utd4   # one study per UTD
     python sweeps/writers.py --preset smoke
 
 CartPole-v1, 8,000 env steps, 2 and 4 workers, UTD 1 and 4. Trials run one at a time: how often
