@@ -256,26 +256,30 @@ def finding_workers(runs: pd.DataFrame) -> Finding:
     rows = []
     for _, r in runs.iterrows():
         for w in range(int(r["num_workers"])):
-            for kind in ("produced", "resident", "sampled"):
-                rows.append({"variant": r["variant"], "worker": f"worker {w}", "share of": kind,
-                             "share": r[f"final_{M.worker_share(w, kind)}"]})  # fmt: skip
+            for kind in M.SHARE_KINDS:
+                col = f"final_{M.worker_share(w, kind)}"
+                if col in r and not pd.isna(r[col]):  # studies from before the episodes share lack it
+                    rows.append({"variant": r["variant"], "worker": f"worker {w}", "share of": kind, "share": r[col]})
     shares = pd.DataFrame(rows)
     fig, axes = plt.subplots(1, 2, figsize=(16, 4.6), gridspec_kw={"width_ratios": [3, 1.3]})
     shares["bar"] = shares["variant"] + "\n" + shares["worker"]
     sns.barplot(shares, x="bar", y="share", hue="share of", ax=axes[0], errorbar=("ci", 95))
-    axes[0].set(xlabel="", ylabel="share (fraction, end of run)", title="produced / resident / sampled, per worker")
+    axes[0].set(xlabel="", ylabel="share (fraction, end of run)",
+                title="env steps produced / resident / sampled, and episodes finished, per worker")
     axes[0].tick_params(axis="x", labelsize=8)
-    md = ["| workers | worker 1 produced | worker 1 resident | worker 1 sampled | final return IQM [95% CI] | "
-          "vs homogeneous: P(improvement) [95% CI] |", "|---|---|---|---|---|---|"]  # fmt: skip
+    md = ["| workers | worker 1 produced | worker 1 resident | worker 1 sampled | worker 1 episodes | "
+          "final return IQM [95% CI] | vs homogeneous: P(improvement) [95% CI] |",
+          "|---|---|---|---|---|---|---|"]  # fmt: skip
     base = returns_of(runs[runs["variant"] == "homogeneous"])
     f = _iqm_by(runs, "variant", order)
     for v, point in zip(order, f[["iqm", "low", "high"]].itertuples(index=False)):
         sub = runs[runs["variant"] == v]
-        share = {k: float(np.median(sub[f"final_{M.worker_share(1, k)}"])) for k in ("produced", "resident", "sampled")}
+        share = {k: float(np.median(sub[c])) if (c := f"final_{M.worker_share(1, k)}") in sub else math.nan
+                 for k in M.SHARE_KINDS}  # fmt: skip
         x = returns_of(sub)
         vs = "—" if v == "homogeneous" else _fmt(*probability_of_improvement([x], [base], reps=1000), digits=2)
         md.append(f"| {v} | {share['produced']:.3f} | {share['resident']:.3f} | {share['sampled']:.3f} | "
-                  f"{_fmt(*point)} | {vs} |")  # fmt: skip
+                  f"{share['episodes']:.3f} | {_fmt(*point)} | {vs} |")  # fmt: skip
     _learned_panel(axes[1], f, "variant")
     fig.suptitle("Are a slow worker's or a long-episode worker's transitions ignored? (CartPole-v1, UTD 1, 2 workers, "
                  "10 seeds per cell; shares: medians over seeds, 95% CI)")  # fmt: skip

@@ -66,13 +66,15 @@ ACTOR_STALENESS_MEAN = _m("actor_staleness_mean", "updates",
 ACTOR_STALENESS_RUN_MEAN = _m("actor_staleness_run_mean", "updates", "actor staleness over the whole run so far",
                               "workers")  # fmt: skip
 EPSILON_MEAN = _m("epsilon_mean", "probability", "mean exploration rate over the workers", "workers")
-SHARE_KINDS = ("produced", "resident", "sampled")
-_WORKER_SHARE = re.compile(r"^worker(\d+)_(produced|resident|sampled)_share$")
+SHARE_KINDS = ("produced", "resident", "sampled", "episodes")
+_WORKER_SHARE = re.compile(r"^worker(\d+)_(produced|resident|sampled|episodes)_share$")
 
 
 def worker_share(worker: int, kind: str) -> str:
-    """``worker{w}_{produced|resident|sampled}_share``: the worker's fraction of env steps produced, of
-    transitions resident in replay, of batch elements sampled (DESIGN.md: worker share)."""
+    """``worker{w}_{produced|resident|sampled|episodes}_share``: the worker's fraction of env steps
+    produced, of transitions resident in replay, of batch elements sampled (DESIGN.md: worker share),
+    and of the episodes finished over the run (a worker with long episodes finishes few of them while
+    producing as many transitions as its peers)."""
     if kind not in SHARE_KINDS:
         raise ValueError(f"kind: got {kind!r}; allowed: {SHARE_KINDS}")
     return f"worker{worker}_{kind}_share"
@@ -175,8 +177,9 @@ def markdown_table() -> str:
     rows = ["| name | section | unit | meaning | DESIGN.md term |", "| --- | --- | --- | --- | --- |"]
     for m in METRICS.values():
         rows.append(f"| `{m.name}` | {m.section} | {m.unit} | {m.meaning} | {m.term} |")
-    rows.append("| `worker{w}_produced_share`, `_resident_share`, `_sampled_share` | workers | fraction | worker w's "
-                "share of env steps produced, of transitions resident, of batch elements sampled | worker share |")
+    rows.append("| `worker{w}_produced_share`, `_resident_share`, `_sampled_share`, `_episodes_share` | workers | "
+                "fraction | worker w's share of env steps produced, of transitions resident, of batch elements sampled, "
+                "of episodes finished over the run | worker share |")
     rows.append("| `dormant_frac_tau{tau}_l{i}` | collapse | fraction | the tau-dormant fraction of hidden layer i "
                 "alone | dormant fraction |")
     return "\n".join(rows)

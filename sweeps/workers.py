@@ -3,9 +3,12 @@
     python sweeps/workers.py               # homogeneous vs one slow worker vs one long-episode worker vs both
     python sweeps/workers.py --preset smoke
 
-CartPole-v1 at UTD 1 with 2 workers, 10 seeds per cell as replicas. The slow worker sleeps 8 ms
-after each step (the learner paces each worker at ~1-2 ms a step here, so it is ~5x slower than its
-peer); the long-episode worker's time limit is 5,000 steps instead of 500 (10x).
+CartPole-v1 at UTD 1 with 2 workers, 10 seeds per cell as replicas. The slow worker (1) sleeps 8 ms
+after each step (the learner paces each worker at ~1-2 ms a step here, so it is several times slower
+than its peer). Long episodes: worker 0's episodes are cut at 20 steps while worker 1 keeps
+CartPole's 500, so worker 1's episodes run several to 10x longer (a longer limit alone does not
+bind: at these returns episodes end by termination long before 500). The ``episodes`` worker share
+measures the difference: a worker with long episodes finishes few of them.
 """
 
 import sys
@@ -19,8 +22,8 @@ from dqnlab.study.cli import sweep_main  # noqa: E402
 WORKERS = {
     "homogeneous": {"worker_step_delay_s": (), "worker_max_episode_steps": ()},
     "one_slow": {"worker_step_delay_s": (0.0, 0.008), "worker_max_episode_steps": ()},
-    "one_long_episodes": {"worker_step_delay_s": (), "worker_max_episode_steps": (0, 5000)},
-    "slow_and_long": {"worker_step_delay_s": (0.0, 0.008), "worker_max_episode_steps": (0, 5000)},
+    "one_long_episodes": {"worker_step_delay_s": (), "worker_max_episode_steps": (20, 0)},
+    "slow_and_long": {"worker_step_delay_s": (0.0, 0.008), "worker_max_episode_steps": (20, 0)},
 }
 
 PRESETS = {

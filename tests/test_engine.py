@@ -330,6 +330,12 @@ def test_heterogeneous_workers_get_their_own_time_limit_and_step_delay(monkeypat
     result = train(config)
     assert sorted(made) == [(0, 0.0, 7), (1, 0.001, 500)]  # worker 1 keeps CartPole's own limit
     assert result.status == "completed"
+    # worker 0's episodes end by step 7: it finishes most of the episodes while the two produce alike,
+    # and its share of episodes is what the episode log says
+    final = result.final
+    assert final[worker_share(0, "episodes")] + final[worker_share(1, "episodes")] == pytest.approx(1.0)
+    assert abs(final[worker_share(0, "produced")] - 0.5) < 0.1  # serial mode steps the workers in turn
+    assert final[worker_share(0, "episodes")] > 0.6  # ~7-step episodes against CartPole's own (~20 at first)
     with pytest.raises(Exception, match="worker_max_episode_steps"):
         small(worker_max_episode_steps=(5, 5, 5))  # more entries than workers
 

@@ -42,6 +42,8 @@ class MetricsWindow:
         self.throughput = ThroughputMeter()
         self.learner_wait_s = 0.0
         """Seconds the learner waited on the limiter, cumulative (the loop adds to it)."""
+        self._episodes = np.zeros((parts.config.run.replicas, parts.config.env.num_workers), dtype=np.int64)
+        """Episodes finished over the run, per replica and worker."""
 
     def stamp(self, elapsed_s: float) -> dict[str, float]:
         """``env_steps``, ``updates``, ``time_s``: what every record of a history starts with."""
@@ -83,13 +85,16 @@ class MetricsWindow:
         lags = self.lag.pop()
         losses = learner.pop_mean_loss()
         episodes = replay.new_episodes() if read_episodes else []
+        for worker, replica, *_ in episodes:
+            self._episodes[replica, worker] += 1
         out = {}
         for k in replicas:
             m = dict(shared)
             m.update(lags[k])
-            sampled = replay.sampled[k]
+            sampled, finished = replay.sampled[k], self._episodes[k]
             for w in range(c.env.num_workers):
                 m[worker_share(w, "sampled")] = sampled[w] / max(sampled.sum(), 1)
+                m[worker_share(w, "episodes")] = finished[w] / max(finished.sum(), 1)
             if losses is not None:
                 m[TD_LOSS] = losses[k]
             if stats:
