@@ -184,6 +184,8 @@ def finding_sample_efficiency(runs: pd.DataFrame, hist: pd.DataFrame, threshold:
     seeds of the greedy return reaches ``threshold``."""
     runs = runs.assign(cell=runs.apply(lambda r: f"UTD {r['utd']:g}, {_mitigation(r)}", axis=1))
     curves = _curves(hist, runs, M.EVAL_RETURN_MEAN, "cell")
+    if curves.empty:  # a study still running (or failed) has no evaluations to read yet
+        return "No evaluation recorded yet."
     md = ["| cell | first env step with IQM >= 475 | best IQM (at env step) |", "|---|---|---|"]
     for cell, c in curves.groupby("cell"):
         c = c.sort_values(M.ENV_STEPS)
