@@ -266,8 +266,10 @@ def finding_workers(runs: pd.DataFrame) -> Finding:
     fig, axes = plt.subplots(1, 2, figsize=(16, 4.6), gridspec_kw={"width_ratios": [3, 1.3]})
     shares["bar"] = shares["variant"] + "\n" + shares["worker"]
     sns.barplot(shares, x="bar", y="share", hue="share of", ax=axes[0], errorbar=("ci", 95))
-    axes[0].set(xlabel="", ylabel="share (fraction, end of run)",
-                title="env steps produced / resident / sampled, and episodes finished, per worker")
+    axes[0].set(xlabel="", ylabel="share (fraction, end of run)")
+    axes[0].set_title("env steps produced / resident / sampled, and episodes finished, per worker", pad=28)
+    sns.move_legend(axes[0], "lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(M.SHARE_KINDS), title=None,
+                    frameon=False)  # fmt: skip
     axes[0].tick_params(axis="x", labelsize=8)
     md = ["| workers | worker 1 produced | worker 1 resident | worker 1 sampled | worker 1 episodes | "
           "final return IQM [95% CI] | vs homogeneous: P(improvement) [95% CI] |",
@@ -340,7 +342,8 @@ def finding_writers(runs: pd.DataFrame) -> Finding:
         ax.legend(fontsize=8)
     axes[0].set(ylabel="final greedy return (IQM, 95% CI)", title="what was learned")
     axes[1].set(ylabel="fraction of updates (median over seeds)", title="updates lost / writes that raced")
-    axes[2].set(ylabel="fraction of seeds diverged", title="divergence (max |Q| above R_max/(1-gamma), or NaN)")
+    axes[2].set(ylabel="fraction of seeds diverged", title="divergence (max |Q| above R_max/(1-gamma), or NaN)",
+                ylim=(0, 1.05))
     fig.suptitle("Do updates from different processes overwrite each other? One learner vs the naive writers "
                  "(CartPole-v1, 10 seeds per cell)")  # fmt: skip
     fig.tight_layout()
