@@ -11,7 +11,8 @@ def _step(bank, actions):
     n = len(actions)
     out = (np.empty((n, 4), np.float32), np.empty(n, np.float32), np.empty(n, bool), np.empty(n, bool),
            np.empty((n, 4), np.float32))  # fmt: skip
-    bank.step(actions, out)
+    ended = bank.step(actions, out)
+    assert ended == bool((out[2] | out[3]).any())  # the bank says whether an episode ended
     return out
 
 

@@ -98,23 +98,27 @@ class Actor:
         limits = config.env.worker_max_episode_steps
         limit = limits[worker] if worker < len(limits) and limits[worker] else None
         self.banks = [make_bank(config.env.env_id, self.n, rng, limit) for rng in self.rngs]
-        self.obs = np.stack([bank.reset() for bank in self.banks])  # (K, n, obs_dim)
-        # what a step writes (the replay copies it at commit): preallocated, and the observations
-        # double-buffered, since the step writes the next observations while acting on these
+        # what a step writes (the replay copies it at commit) is preallocated, with each bank's rows as
+        # views made once; the observations are double-buffered, since a step writes the next
+        # observations while acting on these
         shape = (self.k, self.n)
-        self._next_obs = np.empty_like(self.obs)
-        self._spare_obs = np.empty_like(self.obs)
+        self._obs_buffers = [np.stack([bank.reset() for bank in self.banks]), None]  # (K, n, obs_dim) each
+        self._obs_buffers[1] = np.empty_like(self._obs_buffers[0])
+        self._current = 0  # which buffer holds the observations to act on
+        self._next_obs = np.empty_like(self._obs_buffers[0])
         self._rewards = np.empty(shape, dtype=np.float32)
         self._terminated = np.empty(shape, dtype=np.bool_)
         self._truncated = np.empty(shape, dtype=np.bool_)
-        self._done = np.empty(shape, dtype=np.bool_)
+        self._outs = [[(self._next_obs[r], self._rewards[r], self._terminated[r], self._truncated[r], buf[r])
+                       for r in range(self.k)] for buf in self._obs_buffers]  # fmt: skip
         self.policy = NumpyQ(layout, len(config.network.hidden_sizes), config.network.layer_norm, self.k)
         self.version = -1
         self._since_sync = config.run.sync_every  # pull before the first step
         self._episode = np.tile(np.arange(self.n, dtype=np.int64), (self.k, 1))
         self._next_episode = np.full(self.k, self.n, dtype=np.int64)
         self._ep_return = np.zeros((self.k, self.n))
-        self._ep_length = np.zeros((self.k, self.n), dtype=np.int64)
+        self._steps = 0  # steps every env has taken (all step once per call)
+        self._ep_start = np.zeros((self.k, self.n), dtype=np.int64)  # ``_steps`` when its episode began
         self._claimed = False
         self._u = np.empty((self.k, 0))
         self._u_pos = 0
@@ -157,21 +161,22 @@ class Actor:
             self.sync()
         epsilon = epsilon_for(self.config, self.worker, self.replay.env_steps)
         self.board.epsilon[self.worker] = epsilon
-        obs, new_obs = self.obs, self._spare_obs
+        obs = self._obs_buffers[self._current]
         actions = self.act(obs, epsilon)
-        next_obs, rewards, terminated, truncated = self._next_obs, self._rewards, self._terminated, self._truncated
+        outs = self._outs[1 - self._current]
+        ended = False
         for r, bank in enumerate(self.banks):
-            bank.step(actions[r], (next_obs[r], rewards[r], terminated[r], truncated[r], new_obs[r]))
+            ended |= bank.step(actions[r], outs[r])
+        next_obs, rewards, terminated, truncated = self._next_obs, self._rewards, self._terminated, self._truncated
         episode = self._episode.copy()
         self._ep_return += rewards
-        self._ep_length += 1
+        self._steps += 1
         finished = []
-        done = np.logical_or(terminated, truncated, out=self._done)
-        if done.any():
-            for r, i in zip(*np.nonzero(done)):
-                finished.append((int(r), float(self._ep_return[r, i]), int(self._ep_length[r, i])))
+        if ended:
+            for r, i in zip(*np.nonzero(terminated | truncated)):
+                finished.append((int(r), float(self._ep_return[r, i]), self._steps - int(self._ep_start[r, i])))
                 self._ep_return[r, i] = 0.0
-                self._ep_length[r, i] = 0
+                self._ep_start[r, i] = self._steps
                 self._episode[r, i] = self._next_episode[r]
                 self._next_episode[r] += 1
         if self.step_delay_s:
@@ -180,7 +185,7 @@ class Actor:
             self.worker, obs, actions, rewards, next_obs, terminated, truncated, episode,
             self.version, finished, claim_next=self.n, health_check=self.health_check,
         )  # fmt: skip
-        self.obs, self._spare_obs = new_obs, obs
+        self._current = 1 - self._current
         self._since_sync += self.n
         self._claimed = code == GO
         return GO

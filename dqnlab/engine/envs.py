@@ -3,8 +3,9 @@
 ``bank.step(actions, out)`` writes every env's transition into ``out`` (``next_obs`` is the true last
 observation where an episode ended, ``terminated`` and ``truncated`` apart) and the observations to act
 on next, a fresh reset one where the episode ended: what a loop of ``env.step`` and, on done,
-``env.reset`` gives. ``out`` is the caller's preallocated ``(next_obs, rewards, terminated, truncated,
-obs)`` arrays of ``n`` rows (no allocation per step: an actor steps tens of thousands of times a second).
+``env.reset`` gives; it returns whether any episode ended. ``out`` is the caller's preallocated
+``(next_obs, rewards, terminated, truncated, obs)`` arrays of ``n`` rows (no allocation per step: an
+actor steps tens of thousands of times a second).
 
 - :class:`GymBank`: ``n`` ``gym.make`` envs stepped in a Python loop (any registered env).
 - :class:`CartPoleBank`: CartPole-v0/v1 as numpy arrays over the ``n`` envs, gymnasium's
@@ -52,15 +53,20 @@ class GymBank:
         return np.array([np.asarray(env.reset(seed=int(s))[0], dtype=np.float32).reshape(-1)
                          for env, s in zip(self.envs, self._seeds)])  # fmt: skip
 
-    def step(self, actions: np.ndarray, out: tuple[np.ndarray, ...]) -> None:
-        """Step env i with ``actions[i]``; write ``(next_obs, rewards, terminated, truncated, obs)`` into ``out``."""
+    def step(self, actions: np.ndarray, out: tuple[np.ndarray, ...]) -> bool:
+        """Step env i with ``actions[i]``; write ``(next_obs, rewards, terminated, truncated, obs)`` into
+        ``out``; return whether any episode ended."""
         next_obs, rewards, terminated, truncated, obs = out
+        ended = False
         for i, env in enumerate(self.envs):
-            o, rewards[i], terminated[i], truncated[i], _ = env.step(int(actions[i]))
+            o, rewards[i], term, trunc, _ = env.step(int(actions[i]))
+            terminated[i], truncated[i] = term, trunc
             next_obs[i] = o
-            if terminated[i] or truncated[i]:
+            if term or trunc:
                 o, _ = env.reset()
+                ended = True
             obs[i] = o
+        return ended
 
     def close(self) -> None:
         for env in self.envs:
@@ -91,7 +97,7 @@ class CartPoleBank:
         self._elapsed[:] = 0
         return self.state.T.astype(np.float32)
 
-    def step(self, actions: np.ndarray, out: tuple[np.ndarray, ...]) -> None:
+    def step(self, actions: np.ndarray, out: tuple[np.ndarray, ...]) -> bool:
         next_obs, rewards, terminated, truncated, obs = out
         x, x_dot, theta, theta_dot = self.state
         force = np.where(actions == 1, self.FORCE_MAG, -self.FORCE_MAG)
@@ -111,11 +117,13 @@ class CartPoleBank:
         rewards[:] = 1.0
         next_obs[:] = state.T
         done = terminated | truncated
-        if done.any():
+        ended = bool(done.any())
+        if ended:
             state[:, done] = self._rng.uniform(-0.05, 0.05, size=(4, int(done.sum())))
             self._elapsed[done] = 0
         obs[:] = state.T
         self.state = state
+        return ended
 
     def close(self) -> None:
         pass
