@@ -102,10 +102,10 @@ class Actor:
         # views made once; the observations are double-buffered, since a step writes the next
         # observations while acting on these
         shape = (self.k, self.n)
-        self._obs_buffers = [np.stack([bank.reset() for bank in self.banks]), None]  # (K, n, obs_dim) each
-        self._obs_buffers[1] = np.empty_like(self._obs_buffers[0])
+        first = np.stack([bank.reset() for bank in self.banks])  # (K, n, obs_dim)
+        self._obs_buffers = [first, np.empty_like(first)]
         self._current = 0  # which buffer holds the observations to act on
-        self._next_obs = np.empty_like(self._obs_buffers[0])
+        self._next_obs = np.empty_like(first)
         self._rewards = np.empty(shape, dtype=np.float32)
         self._terminated = np.empty(shape, dtype=np.bool_)
         self._truncated = np.empty(shape, dtype=np.bool_)
