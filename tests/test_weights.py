@@ -19,6 +19,11 @@ def _writer(weights: WeightBroadcast, stop, duration_s: float) -> None:
         version += 1
         buf.fill(version)  # checksum: every element equals the version
         weights.publish(buf, version)
+        if version % 2 == 0:
+            # every other write, a pause: back-to-back writes keep tearing reads, and the pauses leave
+            # consistent windows, so the readers get enough accepted copies to mean something even
+            # when 3 processes share 2 cores (without them one CI run accepted only 9 copies in 1.5 s)
+            time.sleep(5e-5)
     stop.value = 1
 
 
