@@ -1,6 +1,6 @@
 """Replay-ratio study: what does a higher UTD do, and what do target delay, LayerNorm and resets buy?
 
-    python sweeps/utd.py                  # default preset: 8 seeds per cell, ~10 min on 2 cores
+    python sweeps/utd.py                  # default preset: 8 seeds per cell, ~5 min on 2 cores
     python sweeps/utd.py --preset smoke   # CI, about a minute
     python sweeps/utd.py --preset full    # hours: the real study
     python sweeps/utd.py --dry-run --axis utd=1,4,16 --seeds 3
