@@ -45,7 +45,6 @@ class GymBank:
         self.envs = [gym.make(env_id, disable_env_checker=True, **limit) for _ in range(n)]
         self._seeds = rng.integers(0, SEED_HIGH, size=n)
         self.num_actions = int(self.envs[0].action_space.n)
-        self._obs_dim = int(np.prod(self.envs[0].observation_space.shape))
         self.max_episode_steps = self.envs[0].spec.max_episode_steps
 
     def reset(self) -> np.ndarray:
