@@ -326,6 +326,17 @@ def test_heterogeneous_workers_get_their_own_time_limit_and_step_delay(monkeypat
         made.append((worker, self.step_delay_s, self.banks[0].max_episode_steps))
 
     monkeypatch.setattr(Actor, "__init__", recording)
+    from dqnlab.engine.replay import SharedReplay
+
+    logged = []  # every finished episode the learner reads from the replay's episode log
+    read = SharedReplay.new_episodes
+
+    def reading(self):
+        episodes = read(self)
+        logged.extend(episodes)
+        return episodes
+
+    monkeypatch.setattr(SharedReplay, "new_episodes", reading)
     config = small(mode="serial", total_env_steps=1000, worker_max_episode_steps=(7,), worker_step_delay_s=(0.0, 0.001))
     result = train(config)
     assert sorted(made) == [(0, 0.0, 7), (1, 0.001, 500)]  # worker 1 keeps CartPole's own limit
@@ -336,6 +347,10 @@ def test_heterogeneous_workers_get_their_own_time_limit_and_step_delay(monkeypat
     assert final[worker_share(0, "episodes")] + final[worker_share(1, "episodes")] == pytest.approx(1.0)
     assert abs(final[worker_share(0, "produced")] - 0.5) < 0.1  # serial mode steps the workers in turn
     assert final[worker_share(0, "episodes")] > 0.6  # ~7-step episodes against CartPole's own (~20 at first)
+    assert all(length <= 7 for worker, _, _, length, _ in logged if worker == 0)
+    by_worker = [sum(e[0] == w for e in logged) for w in (0, 1)]
+    assert min(by_worker) > 0
+    assert final[worker_share(0, "episodes")] == pytest.approx(by_worker[0] / sum(by_worker))
     with pytest.raises(Exception, match="worker_max_episode_steps"):
         small(worker_max_episode_steps=(5, 5, 5))  # more entries than workers
 
