@@ -273,6 +273,20 @@ def test_every_evaluation_is_recorded_once_at_its_own_env_step(leak_guard, mode)
     assert result.final[EVAL_RETURN_BEST] == max(m[EVAL_RETURN_MEAN] for m in evals)
 
 
+@pytest.mark.parametrize("mode", ["serial", "parallel"])
+def test_the_end_of_run_evaluation_comes_after_the_last_owed_update(leak_guard, mode):
+    # the budget is a multiple of eval_every_steps (as in every shipped preset): the evaluation due at
+    # the last env step used to run with up to limiter_slack + utd * envs_per_worker updates still owed
+    # (here 1 + 4 * 4 = 17), and the end-of-run one was then skipped as a duplicate
+    config = small(mode=mode, utd=4.0, num_workers=2, envs_per_worker=4, total_env_steps=2000, learning_starts=500,
+                   eval_every_steps=500, eval_episodes=1, log_every=1000)  # fmt: skip
+    result = train(config)
+    evals = _evals(result.history)
+    assert result.final[UPDATES] == 6000
+    assert evals[-1][ENV_STEPS] == 2000 and evals[-1][UPDATES] == 6000, [(m[ENV_STEPS], m[UPDATES]) for m in evals]
+    assert [m[ENV_STEPS] for m in evals].count(2000) == 1
+
+
 @pytest.mark.parametrize("log_every, eval_every_steps", [(20, 100), (100_000, 25)],
                          ids=["found-at-a-log-point", "found-by-the-evaluation"])  # fmt: skip
 def test_a_diverged_run_is_never_evaluated_on_non_finite_weights(leak_guard, log_every, eval_every_steps):

@@ -161,6 +161,23 @@ def test_a_frozen_replica_never_moves_and_its_nan_reaches_no_other_replica():
         assert torch.isnan(p.detach()[1]).all() and torch.isnan(f).all()  # frozen as it was: untouched NaN
 
 
+def test_a_replica_frozen_with_finite_weights_never_moves_again():
+    # finite weights, primed Adam moments: a freeze that only zeroed the gradients would let the
+    # momentum carry the replica on, step after step
+    learner = _learner(replicas=3, hidden_sizes=(16,), lr=1e-2)
+    rng = np.random.default_rng(6)
+    for _ in range(3):
+        learner.update(_batch(rng, replicas=3))
+    learner.freeze(1)
+    frozen = learner.net.flat[1].clone()
+    others = learner.net.flat[[0, 2]].clone()
+    for _ in range(4):
+        learner.update(_batch(rng, replicas=3))
+    assert torch.isfinite(frozen).all()
+    assert torch.equal(learner.net.flat[1], frozen)  # bit for bit
+    assert not torch.equal(learner.net.flat[[0, 2]], others)  # the others went on learning
+
+
 def test_hard_target_copy_happens_every_target_period_updates():
     learner = _learner(target_period=3)
     rng = np.random.default_rng(0)
@@ -201,9 +218,11 @@ def test_each_reset_mode_changes_exactly_what_it_says_and_clears_that_optimizer_
             assert changed == (name in touched), f"{mode}: {name} replica {k} changed={changed}"
         cols = learner.net.columns(name)
         adam = learner.optimizer
-        cleared = bool((adam.beta1_power[cols] == 1).all() and (adam.exp_avg[:, cols] == 0).all()
-                       and (adam.exp_avg_sq[:, cols] == 0).all())  # fmt: skip
+        cleared = bool((adam.beta1_power[cols] == 1).all() and (adam.beta2_power[cols] == 1).all()
+                       and (adam.exp_avg[:, cols] == 0).all() and (adam.exp_avg_sq[:, cols] == 0).all())  # fmt: skip
+        kept = bool((adam.beta1_power[cols] < 1).all() and (adam.beta2_power[cols] < 1).all())
         assert cleared == (name in touched), f"{mode}: optimizer state of {name}"
+        assert kept == (name not in touched), f"{mode}: Adam step count of {name}"
         if name in touched:
             assert torch.equal(p.detach(), learner.target.named()[name])
     if mode == "head":
@@ -227,7 +246,8 @@ def test_shrink_perturb_is_alpha_theta_plus_one_minus_alpha_fresh_from_each_repl
             torch.testing.assert_close(a[k], alpha * b[k] + (1 - alpha) * fresh[k][i])
         torch.testing.assert_close(t.detach(), a)  # the target takes the same values
     adam = learner.optimizer  # Adam state cleared: moments zero, every column restarts at step 0
-    assert (adam.beta1_power == 1).all() and not adam.exp_avg.any() and not adam.exp_avg_sq.any()
+    assert (adam.beta1_power == 1).all() and (adam.beta2_power == 1).all()
+    assert not adam.exp_avg.any() and not adam.exp_avg_sq.any()
     assert not torch.equal(fresh[0][0], fresh[1][0])  # each replica draws from its own generator
 
 

@@ -34,6 +34,20 @@ def test_lost_updates_are_counted_exactly_on_a_deterministic_toy():
     assert list(np.flatnonzero(shared)) == [3, 4, 5, 7]
 
 
+def test_lost_updates_are_exact_when_updates_finish_out_of_order():
+    # ids are claimed in order but finish in any order: update 1 may land before update 0
+    shared = np.zeros(4, dtype=bool)
+    a, b = LineageBook(shared), LineageBook(shared)
+    a.read()
+    b.read()
+    b.update(1)
+    assert b.write() == 0  # one update applied (id 1), id 0 still in flight
+    assert lost_updates(shared, 1) == 0  # nothing is lost: the shared vector holds the one applied update
+    a.update(0)
+    assert a.write() == 1  # A's copy never saw update 1: its write replaces it
+    assert lost_updates(shared, 2) == 1
+
+
 def small(**overrides) -> Config:
     base = dict(total_env_steps=1500, learning_starts=500, batch_size=32, buffer_capacity=10_000, probe_size=64,
                 hidden_sizes=(32, 32), log_every=100, eval_every_steps=500, eval_episodes=1, num_workers=2,
@@ -86,4 +100,66 @@ def test_a_local_copy_with_no_transition_of_its_own_leaves_the_owed_updates_to_t
     idle, busy = (WorkerUpdates(w, config, replay, parts.naive, parts.layout, 4, 2) for w in (1, 0))
     assert idle.run_owed() == 0  # nothing of its own: no claim, no crash
     assert busy.run_owed() == 4 * (40 - 32)  # the owed updates are all taken, by the worker with data
+    parts.pool.stop()
+
+
+def _naive_parts(writers: str):
+    """A built naive run whose two workers have each committed 40 transitions (80 env steps, learning
+    starts at 32: 48 updates owed at UTD 1); no process started."""
+    from dqnlab.engine.build import build
+
+    config = small(writers=writers, utd=1.0, num_workers=2, learning_starts=32, probe_size=32)
+    parts = build(config, 4, 2)
+    rng = np.random.default_rng(0)
+    for worker in (0, 1):
+        obs = rng.standard_normal((1, 40, 4)).astype(np.float32)
+        flags = np.zeros((1, 40), bool)
+        parts.replay.claim(40)
+        parts.replay.commit(worker, obs, rng.integers(0, 2, (1, 40)), np.ones((1, 40), np.float32), obs, flags, flags,
+                            np.zeros((1, 40), np.int64), 0, [], claim_next=0)  # fmt: skip
+    return config, parts
+
+
+def _take(worker, n: int) -> None:
+    for _ in range(n):
+        worker._update(worker._claim())
+
+
+def test_a_local_copy_that_synced_builds_on_the_shared_lineage_and_one_that_did_not_overwrites_it():
+    from dqnlab.engine.naive import DONE, OVERWRITTEN, WorkerUpdates
+
+    config, parts = _naive_parts("local_copies")
+    a, b = (WorkerUpdates(w, config, parts.replay, parts.naive, parts.layout, 4, 2) for w in (0, 1))
+    _take(a, 3)  # updates 0, 1, 2 in A's copy, written back after each
+    b.sync()  # B takes the shared vector and what it contains
+    _take(b, 2)  # 3, 4 build on A's: nothing is lost
+    counters, lineage = parts.naive.counters, parts.naive.lineage
+    assert counters[OVERWRITTEN] == 0 and lost_updates(lineage, int(counters[DONE])) == 0
+    _take(a, 1)  # A never synced: its write (0, 1, 2, 5) replaces B's 3 and 4
+    assert counters[OVERWRITTEN] == 2 and lost_updates(lineage, int(counters[DONE])) == 2
+    assert list(np.flatnonzero(lineage)) == [0, 1, 2, 5]
+    mine = np.empty_like(parts.naive.params)
+    a.acting_params(mine)
+    assert np.array_equal(parts.naive.params, mine)  # the last writer's whole vector is the shared one
+    parts.pool.stop()
+
+
+def test_hogwild_counts_a_write_that_overlaps_another_and_none_when_they_take_turns():
+    from dqnlab.engine.naive import RACED, WRITES, WorkerUpdates
+
+    config, parts = _naive_parts("hogwild")
+    a, b = (WorkerUpdates(w, config, parts.replay, parts.naive, parts.layout, 4, 2) for w in (0, 1))
+    counters = parts.naive.counters
+    _take(a, 1)
+    _take(b, 1)  # one after the other: no race
+    assert counters[WRITES] == 2 and counters[RACED] == 0
+    step = a.opt.step
+
+    def overlapped(*args, **kwargs):  # B's whole update lands while A's optimizer step is in progress
+        _take(b, 1)
+        return step(*args, **kwargs)
+
+    a.opt.step = overlapped
+    _take(a, 1)
+    assert counters[WRITES] == 4 and counters[RACED] == 2  # both writes of the overlapping pair raced
     parts.pool.stop()

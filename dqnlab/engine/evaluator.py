@@ -1,7 +1,12 @@
 """When and how the learner evaluates: greedy episodes of each replica's current weights every
 ``eval_every_steps`` env steps (the next one due at the next multiple, so a burst of env steps never
-queues evaluations) and at the end; never on non-finite weights. Replica k uses the episode seeds a
-one-replica run with seed ``seed + k`` would use."""
+queues evaluations) and once at the end of the run, after the learner's last owed update; never on
+non-finite weights. Replica k uses the episode seeds a one-replica run with seed ``seed + k`` would use.
+
+The end-of-run evaluation is the one every finding reads (the final return), so it is never taken
+early: an evaluation falling due at the last env step is left to :meth:`Evaluator.final_due`, which
+the loop calls once the learner has taken every update the run owes (up to ``limiter_slack + utd *
+envs_per_worker`` updates after the last env step)."""
 
 from __future__ import annotations
 
@@ -25,25 +30,30 @@ class Evaluator:
         self._rows = self.policy.params.reshape(k, layout.size)
         self.env = gym.make(config.env.env_id)
         self.every = config.run.eval_every_steps
+        self.total_env_steps = config.run.total_env_steps
         self.next_due = self.every if self.every else math.inf
         self.done = [0] * k
         self.best = [-math.inf] * k
-        self.last_env_steps: int | None = None
+        self.last_stamp: tuple[int, int] | None = None
+        """``(env_steps, updates)`` of the latest evaluation."""
 
     def due(self, env_steps: int) -> bool:
-        return env_steps >= self.next_due
+        """A periodic evaluation is due; never at the last env step, which the final one covers."""
+        return self.next_due <= env_steps < self.total_env_steps
 
-    def final_due(self, env_steps: int) -> bool:
-        """An end-of-run evaluation is due unless evaluations are off or one was just taken here."""
-        return bool(self.every) and self.last_env_steps != env_steps
+    def final_due(self, env_steps: int, updates: int) -> bool:
+        """The end-of-run evaluation is due unless evaluations are off or one was taken at exactly this
+        ``(env_steps, updates)``."""
+        return bool(self.every) and self.last_stamp != (env_steps, updates)
 
-    def evaluate(self, net: StackedQ, env_steps: int, replicas: list[int]) -> dict[int, dict[str, float] | None]:
+    def evaluate(self, net: StackedQ, env_steps: int, updates: int,
+                 replicas: list[int]) -> dict[int, dict[str, float] | None]:  # fmt: skip
         """Per replica in ``replicas``: the metrics of one greedy evaluation (eval_* and overestimation,
         with its best return so far), or None, evaluating nothing, when one of its weights is not finite."""
         r = self.config.run
         if self.every:
             self.next_due = (env_steps // self.every + 1) * self.every
-        self.last_env_steps = env_steps
+        self.last_stamp = (env_steps, updates)
         flatten_into(net, self.policy.params)
         out: dict[int, dict[str, float] | None] = {}
         for k in replicas:

@@ -20,7 +20,7 @@ from dqnlab.engine.naive import DONE
 from dqnlab.engine.replay import GO, STOP, wait_backoff
 from dqnlab.engine.result import ReplicaResult, RunFailed, RunResult
 from dqnlab.engine.window import MetricsWindow
-from dqnlab.metrics import ENV_STEPS
+from dqnlab.metrics import ENV_STEPS, UPDATES
 from dqnlab.signals import sigterm_as_interrupt
 from dqnlab.threads import learner_cpu
 from dqnlab.tracking.callbacks import CallbackList
@@ -160,7 +160,7 @@ class Engine:
         replica still active. Every replica diverged: nothing is left to evaluate or log."""
         if status == "diverged":
             return status
-        if self.evaluator.final_due(self.parts.replay.env_steps) and not self._evaluate():
+        if self.evaluator.final_due(self.parts.replay.env_steps, self.parts.learner.updates) and not self._evaluate():
             return "diverged"
         return "completed" if self._log(None) else "diverged"
 
@@ -174,7 +174,7 @@ class Engine:
         are not finite is not evaluated: it is frozen, its divergence logged. False if none is left."""
         self._sync_from_workers()
         stamp = self.window.stamp(time.monotonic() - self.t0)
-        results = self.evaluator.evaluate(self.parts.learner.net, stamp[ENV_STEPS], self.active)
+        results = self.evaluator.evaluate(self.parts.learner.net, stamp[ENV_STEPS], stamp[UPDATES], self.active)
         for k, metrics in results.items():
             if metrics is not None:
                 self._record(k, {**stamp, **metrics})

@@ -66,8 +66,12 @@ class LineageBook:
 
 
 def lost_updates(shared: np.ndarray, applied: int) -> int:
-    """Updates applied whose effect the shared vector does not contain."""
-    return applied - int(shared[:applied].sum())
+    """Updates applied whose effect the shared vector does not contain: ``applied`` minus the updates
+    it contains. Exact at any moment the caller holds the lock: the shared vector only ever contains
+    applied updates (a copy takes update ``uid`` just before its write, which counts it applied), and
+    ids finish out of order (update 7 may land before update 5), so every bit counts, not ids
+    below ``applied``."""
+    return applied - int(shared.sum())
 
 
 class NaiveShared:
