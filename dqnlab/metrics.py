@@ -142,6 +142,9 @@ TRAIN_RETURN_MEAN = _m("train_return_mean", "return", "mean return of the actors
 TRAIN_LENGTH_MEAN = _m("train_length_mean", "env steps", "mean length of the actors' episodes finished in this window",
                        "eval")  # fmt: skip
 TRAIN_EPISODES = _m("train_episodes", "count", "actor episodes finished in this window", "eval")
+TRAIN_EPISODES_UNREAD = _m("train_episodes_unread", "count", "actor episodes finished so far whose return and length "
+                           "were overwritten in the episode log before a log point read them (counted in the "
+                           "episodes share; left out of train_return_mean)", "eval")  # fmt: skip
 OBJECTIVE = _m("objective", "return or env steps/s", "the sweep objective of the run (see dqnlab.study.runner)", "eval")
 
 METRICS: dict[str, Metric] = {m.name: m for m in _ALL}

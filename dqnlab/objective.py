@@ -16,7 +16,9 @@ OBJECTIVES = ("eval", "throughput")
 def replica_values(result, objective: str) -> list[float]:
     """Each replica's score: its final return (``eval``; NaN without one) or the run's env steps/s."""
     if objective == "throughput":
-        return [float(result.replicas[0].final.get(ENV_STEPS_PER_S_TOTAL, 0.0))] * len(result.replicas)
+        if len(result.replicas) != 1:  # the sweep refuses this before any run (dqnlab.study.spec)
+            raise ValueError("throughput: one measurement per run, not per replica; run one replica per seed")
+        return [float(result.replicas[0].final.get(ENV_STEPS_PER_S_TOTAL, 0.0))]
     return [final_eval_return(r.history, r.status) for r in result.replicas]
 
 

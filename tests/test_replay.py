@@ -148,3 +148,26 @@ def test_wait_backoff_stays_bounded_for_long_waits():
     from dqnlab.engine.replay import wait_backoff
 
     assert wait_backoff(10**6) <= 1e-3
+
+
+def test_episodes_beyond_the_log_ring_are_counted_and_never_silently_dropped():
+    from dqnlab.engine.replay import EPISODE_LOG_CAPACITY
+
+    replay = _make(capacity=100, workers=2, total=10**9, replicas=2)
+    z = np.zeros((2, 1), dtype=bool)
+    obs = np.zeros((2, 1, 2), np.float32)
+    finished = 0
+    for step in range(EPISODE_LOG_CAPACITY + 1000):  # worker 1 finishes one episode per replica a step
+        worker = 1 if step % 4 else 0
+        replay.claim(1)
+        replay.commit(worker, obs, np.zeros((2, 1), np.int64), np.ones((2, 1), np.float32), obs, z, z,
+                      np.zeros((2, 1), np.int64), 0, [(0, float(step), 7), (1, 1.0, 3)], claim_next=0)  # fmt: skip
+        finished += 2
+    read = replay.new_episodes()
+    assert len(read) == EPISODE_LOG_CAPACITY  # the ring's records, the newest ones
+    assert read[-2][2] == float(EPISODE_LOG_CAPACITY + 999)  # replica 0 of the last step (replica 1 comes after)
+    assert replay.episodes_unread == finished - EPISODE_LOG_CAPACITY
+    counts = replay.episodes_finished()
+    assert counts.sum() == finished  # exact, per replica and worker
+    np.testing.assert_array_equal(counts[:, 0], [(EPISODE_LOG_CAPACITY + 1000) // 4] * 2)
+    assert replay.new_episodes() == [] and replay.episodes_unread == finished - EPISODE_LOG_CAPACITY

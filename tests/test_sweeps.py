@@ -328,3 +328,13 @@ def test_a_fresh_study_with_two_jobs_runs_both_and_exits_cleanly(tmp_path):
     with sqlite3.connect(tmp_path / "optuna.db") as db:
         workers = {w for (w,) in db.execute("select value_json from trial_user_attributes where key = 'worker'")}
     assert len(workers) == 2  # both trial processes ran trials
+
+
+def test_a_throughput_study_refuses_replicas_since_they_share_one_measurement():
+    # K replicas of one run share its processes and clock: their "seeds" would be K copies of one figure
+    res = subprocess.run([sys.executable, str(ROOT / "sweeps" / "throughput.py"), "--seeds", "3", "--dry-run"],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)  # fmt: skip
+    assert res.returncode == 2 and "replicas: got 3 in a throughput study" in res.stderr, res.stderr
+    res = subprocess.run([sys.executable, str(ROOT / "sweeps" / "throughput.py"), "--axis", "seed=0,1", "--dry-run"],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)  # fmt: skip
+    assert res.returncode == 0, res.stderr

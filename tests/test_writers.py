@@ -70,8 +70,10 @@ def test_the_naive_setups_take_exactly_the_owed_updates_and_measure_what_they_lo
     if writers == "local_copies":
         assert final[LOST_UPDATES] > 0  # two copies written back in turn overwrite each other
         assert 0 < final[LOST_UPDATE_FRAC] <= 1
+        assert f"lost_update_frac={final[LOST_UPDATE_FRAC]:.3f}" in result.summary()  # the figure the run is for
     else:
         assert final[LOST_UPDATES] == 0 and 0 <= final[RACED_WRITE_FRAC] <= 1
+        assert f"raced_write_frac={final[RACED_WRITE_FRAC]:.3f}" in result.summary()
     alone = train(small(writers=writers, num_workers=1))
     assert alone.final[LOST_UPDATES] == 0 and alone.final[RACED_WRITE_FRAC] == 0  # one writer: nothing to lose
 

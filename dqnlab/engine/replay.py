@@ -76,10 +76,14 @@ class SharedReplay:
             ("ep_length", EPISODE_LOG_CAPACITY, np.int64),
             ("ep_env_steps", EPISODE_LOG_CAPACITY, np.int64),
             ("ep_count", 1, np.int64),
+            ("ep_finished", (k, w), np.int64),  # episodes finished over the run, per replica and worker (exact)
         ]:
             arena.add(f"replay.{name}", shape, dtype)
         self.sampled = np.zeros((k, w), dtype=np.int64)  # learner-local: batch elements drawn, per replica and worker
         self._episodes_read = 0
+        self.episodes_unread = 0
+        """Episodes whose record the log ring overwrote before :meth:`new_episodes` read it (their count
+        is still in :meth:`episodes_finished`; only their return and length are gone)."""
 
     def bind(self) -> None:
         """Attach views after ``arena.allocate()`` (in the parent, before forking)."""
@@ -226,6 +230,7 @@ class SharedReplay:
                 a["ep_length"][k] = length
                 a["ep_env_steps"][k] = start + n
                 a["ep_count"][0] += 1
+                a["ep_finished"][replica, worker] += 1
             return self._claim_locked(claim_next) if claim_next else GO
         finally:
             self._lock.release()
@@ -280,12 +285,19 @@ class SharedReplay:
             return np.stack([self._a["obs"][rng.choice(size, size=min(n, size), replace=False), k]
                              for k, rng in enumerate(rngs)])  # fmt: skip
 
+    def episodes_finished(self) -> np.ndarray:
+        """Episodes finished over the run, ``(K, num_workers)``: exact, whatever the log ring kept."""
+        return self._a["ep_finished"].copy()
+
     def new_episodes(self) -> list[tuple[int, int, float, int, int]]:
-        """Episodes finished since the last call: ``(worker, replica, return, length, env_steps_at_end)``."""
+        """Episodes finished since the last call: ``(worker, replica, return, length, env_steps_at_end)``.
+        The ring keeps the last ``EPISODE_LOG_CAPACITY`` records; older unread ones are counted in
+        :attr:`episodes_unread`, never silently dropped."""
         a = self._a
         with self._locked(None):
             count = int(a["ep_count"][0])
             first = max(self._episodes_read, count - EPISODE_LOG_CAPACITY)
+            self.episodes_unread += first - self._episodes_read
             out = []
             for i in range(first, count):
                 k = i % EPISODE_LOG_CAPACITY

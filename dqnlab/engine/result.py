@@ -15,6 +15,11 @@ SUMMARY_KEYS = [
     (M.EVAL_RETURN_BEST, "{:.1f}"), (M.TD_LOSS, "{:.4g}"), (M.Q_MAX, "{:.2f}"), (M.SRANK, "{:.0f}"),
     (M.DORMANT_FRAC, "{:.3f}"),
 ]  # fmt: skip
+NAIVE_KEYS = {
+    "local_copies": [(M.LOST_UPDATES, "{:.0f}"), (M.LOST_UPDATE_FRAC, "{:.3f}")],
+    "hogwild": [(M.RACED_WRITE_FRAC, "{:.3f}")],
+}
+"""What a naive-writers run exists to measure, added to its summary."""
 
 
 @dataclass
@@ -40,7 +45,8 @@ class ReplicaResult:
         return self.config.run.seed
 
     def summary_line(self) -> str:
-        parts = [f"{k}={fmt.format(self.final[k])}" for k, fmt in SUMMARY_KEYS if k in self.final]
+        keys = SUMMARY_KEYS + (NAIVE_KEYS.get(self.config.run.writers, []))
+        parts = [f"{k}={fmt.format(self.final[k])}" for k, fmt in keys if k in self.final]
         return f"seed {self.seed} {self.status}: " + " ".join(parts)
 
 

@@ -26,6 +26,7 @@ from dqnlab.metrics import (
     TD_LOSS,
     TIME_S,
     TRAIN_EPISODES,
+    TRAIN_EPISODES_UNREAD,
     TRAIN_LENGTH_MEAN,
     TRAIN_RETURN_MEAN,
     UPDATES,
@@ -42,8 +43,6 @@ class MetricsWindow:
         self.throughput = ThroughputMeter()
         self.learner_wait_s = 0.0
         """Seconds the learner waited on the limiter, cumulative (the loop adds to it)."""
-        self._episodes = np.zeros((parts.config.run.replicas, parts.config.env.num_workers), dtype=np.int64)
-        """Episodes finished over the run, per replica and worker."""
 
     def stamp(self, elapsed_s: float) -> dict[str, float]:
         """``env_steps``, ``updates``, ``time_s``: what every record of a history starts with."""
@@ -85,13 +84,13 @@ class MetricsWindow:
         lags = self.lag.pop()
         losses = learner.pop_mean_loss()
         episodes = replay.new_episodes() if read_episodes else []
-        for worker, replica, *_ in episodes:
-            self._episodes[replica, worker] += 1
+        finished_all = replay.episodes_finished()
+        shared[TRAIN_EPISODES_UNREAD] = float(replay.episodes_unread)
         out = {}
         for k in replicas:
             m = dict(shared)
             m.update(lags[k])
-            sampled, finished = replay.sampled[k], self._episodes[k]
+            sampled, finished = replay.sampled[k], finished_all[k]
             for w in range(c.env.num_workers):
                 m[worker_share(w, "sampled")] = sampled[w] / max(sampled.sum(), 1)
                 m[worker_share(w, "episodes")] = finished[w] / max(finished.sum(), 1)

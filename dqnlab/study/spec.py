@@ -73,7 +73,13 @@ def validate_spec(spec: SweepSpec) -> None:
 
     env_ids = set()
     for point in spec.points():
-        env_ids.add(spec.config_for(point).env.env_id)  # raises ConfigError naming the field
+        config = spec.config_for(point)  # raises ConfigError naming the field
+        env_ids.add(config.env.env_id)
+        if spec.objective == "throughput" and config.run.replicas > 1:
+            # K replicas share one run's processes and clock: one throughput measurement, not K seeds
+            raise SweepError(f"replicas: got {config.run.replicas} in a throughput study; allowed: 1. Replicas share "
+                             "one run's processes, so K of them give one throughput figure, not K: give seeds as a "
+                             "grid axis (--axis seed=0,1,2) instead of --seeds")  # fmt: skip
     for env_id in env_ids:
         inspect_env(env_id)
 
