@@ -174,7 +174,7 @@ class _TrueValues:
 
 @pytest.mark.parametrize("terminal", [False, True])
 def test_overestimation_of_the_true_value_function_is_zero_at_truncation_and_termination(terminal):
-    from dqnlab.agent.evaluation import evaluate
+    from dqnlab.agent.greedy_episodes import evaluate
 
     gamma, horizon = 0.99, 50
     res = evaluate(_TrueValues(gamma, horizon, terminal), _Chain(horizon, terminal), episodes=2, gamma=gamma, seed=0)

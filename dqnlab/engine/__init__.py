@@ -11,8 +11,8 @@ parameters; a rate limiter holds the UTD. Roles, one module each:
   fresh thread-free process (sweeps, threaded callers).
 """
 
+from dqnlab.engine.entry import inspect_env, train
 from dqnlab.engine.result import ReplicaResult, RunFailed, RunResult
-from dqnlab.engine.train import inspect_env, train
 from dqnlab.engine.workers import WorkerFailed
 
 __all__ = ["ReplicaResult", "RunFailed", "RunResult", "WorkerFailed", "inspect_env", "train"]

@@ -10,10 +10,7 @@ process calls it directly.
 
 from __future__ import annotations
 
-import os
-import signal
 import time
-import traceback
 
 import numpy as np
 
@@ -195,53 +192,31 @@ class Actor:
             bank.close()
 
 
-def actor_main(worker: int, config: Config, replay, weights, layout, board: ActorBoard, naive=None) -> None:
-    """Entry point of an actor process (forked): loop until STOP; on error, post the traceback."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it stops us
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    from dqnlab.threads import set_threads
+def actor_main(worker: int, config: Config, replay, weights, layout, board: ActorBoard) -> None:
+    """Entry point of an actor process (forked): collect until STOP (:mod:`dqnlab.engine.worker_process`
+    handles signals, errors and the exit)."""
+    from dqnlab.engine.worker_process import run_worker_process
 
-    set_threads(1)
-    parent = os.getppid()
-
-    def parent_alive() -> None:
-        if os.getppid() != parent:  # orphaned: the learner died without stopping us
-            raise SystemExit(3)
-
-    actor = None
-    exit_code = 0
-    try:
-        if naive is not None:  # a naive setup's worker: it learns too (dqnlab.engine.naive)
-            from dqnlab.engine.naive import naive_worker
-            from dqnlab.threads import set_threads as _threads
-
-            _threads(1)
-            actor = naive_worker(worker, config, replay, layout, board, naive, parent_alive)
-            raise SystemExit(0)
+    def collect(parent_alive) -> Actor:
         actor = Actor(worker, config, replay, weights, layout, board, parent_alive)
-        attempt = 0
-        while True:
-            code = actor.try_step()
-            if code == GO:
-                attempt = 0
-                continue
-            if code == STOP:
-                break
-            parent_alive()
-            board.heartbeat[worker] = time.monotonic()
-            board.wait_s[worker] += wait_backoff(attempt)
-            attempt += 1
-    except SystemExit as exc:
-        exit_code = exc.code if isinstance(exc.code, int) else 1
-    except BaseException:
-        board.write_error(worker, traceback.format_exc())
-        exit_code = 1
-    try:
-        if actor is not None:
+        try:
+            attempt = 0
+            while True:
+                code = actor.try_step()
+                if code == GO:
+                    attempt = 0
+                    continue
+                if code == STOP:
+                    return actor
+                parent_alive()
+                board.heartbeat[worker] = time.monotonic()
+                board.wait_s[worker] += wait_backoff(attempt)
+                attempt += 1
+        except BaseException:
             actor.close()
-    finally:
-        # _exit: a forked child must not run the parent's atexit hooks or flush its buffers.
-        os._exit(exit_code)
+            raise
+
+    run_worker_process(worker, board, collect)
 
 
 __all__ = ["Actor", "ActorBoard", "actor_main", "epsilon_for", "GO", "WAIT", "STOP"]

@@ -2,11 +2,12 @@
 
 A sweep process runs Optuna's heartbeat thread (and MLflow's imports start a native allocator
 thread); a ``fork`` there copies locks another thread may hold. So the sweep never runs the engine
-itself: for each trial it starts ``python -m dqnlab.engine.fresh_process`` (``subprocess``: fork + exec,
-safe from a threaded parent). That process imports the engine only (no Optuna, no MLflow: ~1.6 s
-here), runs :func:`dqnlab.engine.train`, and streams the callbacks' events (``on_start``, ``on_log``,
+itself: for each trial it starts ``python -m dqnlab.engine.fresh_process_child`` (``subprocess``: fork +
+exec, safe from a threaded parent; :mod:`dqnlab.engine.fresh_process_child` is that process's side of
+the protocol, this module the caller's). That process imports the engine only (no Optuna, no MLflow: ~1.6 s
+here), runs :func:`dqnlab.engine.entry`, and streams the callbacks' events (``on_start``, ``on_log``,
 ``on_end``, ``on_progress``) and the outcome back over a pipe; the sweep process feeds them to its
-MLflow tracker. :func:`dqnlab.engine.train` uses the same path whenever it is called from a process
+MLflow tracker. :func:`dqnlab.engine.entry` uses the same path whenever it is called from a process
 with other threads.
 
 Signals: Ctrl-C or SIGTERM of the sweep is passed on to the trial process (directly by the terminal
@@ -18,7 +19,6 @@ its events; if the sweep process dies (SIGKILL), the kernel sends the trial proc
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import pickle
 import signal
@@ -63,7 +63,7 @@ def run_trial(request: TrialRequest, callbacks: list[Any]) -> TrialOutcome:
     KeyboardInterrupt is raised here. The signals are caught, not raised, while events are read, so
     a signal can never cut an event in half."""
     read_fd, write_fd = os.pipe()
-    cmd = [sys.executable, "-m", "dqnlab.engine.fresh_process", str(write_fd), str(os.getpid())]
+    cmd = [sys.executable, "-m", "dqnlab.engine.fresh_process_child", str(write_fd), str(os.getpid())]
     proc = subprocess.Popen(cmd, pass_fds=(write_fd,), stdin=subprocess.PIPE)
     os.close(write_fd)
     signals: list[int] = []
@@ -136,86 +136,3 @@ def _wait(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-
-
-# --- the trial process ------------------------------------------------------------------------------
-class _Forward:
-    """Engine callback sending every hook's arguments to the calling process."""
-
-    def __init__(self, stream: BinaryIO):
-        self.stream = stream
-
-    def _send(self, hook: str, payload: Any) -> None:
-        data = pickle.dumps((hook, payload))
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # never cut an event in half
-        try:
-            self.stream.write(data)
-            self.stream.flush()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-    def on_start(self, config: Any) -> None:
-        self._send("on_start", (config,))
-
-    def on_log(self, replica: int, metrics: dict[str, float]) -> None:
-        self._send("on_log", (replica, metrics))
-
-    def on_progress(self, env_steps: int, updates: int, total_env_steps: int, elapsed_s: float) -> None:
-        self._send("on_progress", (env_steps, updates, total_env_steps, elapsed_s))
-
-    def on_end(self, result: Any) -> None:
-        self._send("on_end", (result,))
-
-
-def _die_with_parent(parent: int) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PDEATHSIG, signal.SIGTERM)
-    if os.getppid() != parent:  # the parent died before prctl took effect
-        raise KeyboardInterrupt("the sweep process is gone")
-
-
-def _execute(request: TrialRequest, forward: _Forward) -> TrialOutcome:
-    import gymnasium as gym
-
-    from dqnlab.config import ConfigError
-    from dqnlab.engine import RunFailed, train
-    from dqnlab.tracking.console import ConsoleProgress
-
-    spec = request.env_spec
-    if spec is not None and spec.id not in gym.registry:
-        gym.registry[spec.id] = spec
-    callbacks = [forward] if request.quiet else [forward, ConsoleProgress()]
-    try:
-        return TrialOutcome("result", train(request.config, callbacks))
-    except ConfigError as exc:
-        return TrialOutcome("config", None, str(exc))
-    except RunFailed as exc:
-        return TrialOutcome("failed", exc.result, str(exc))
-    except KeyboardInterrupt:
-        return TrialOutcome("interrupted", None, "interrupted (SIGINT/SIGTERM)")
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt("SIGTERM")
-
-
-def main(argv: list[str]) -> int:
-    events_fd, parent = int(argv[0]), int(argv[1])
-    signal.signal(signal.SIGTERM, _interrupt)
-    with os.fdopen(events_fd, "wb") as stream:
-        forward = _Forward(stream)
-        try:
-            _die_with_parent(parent)
-            sys_path, payload = pickle.loads(sys.stdin.buffer.read())
-            sys.path[:] = sys_path  # the caller's path: the modules its pickled request refers to
-            outcome = _execute(pickle.loads(payload), forward)
-        except KeyboardInterrupt:
-            outcome = TrialOutcome("interrupted", None, "interrupted before the run started")
-        forward._send("outcome", outcome)
-    return 130 if outcome.kind == "interrupted" else 0
-
-
-if __name__ == "__main__":
-    from dqnlab.engine.fresh_process import main as _main  # the module's own classes, so the outcome unpickles
-
-    sys.exit(_main(sys.argv[1:]))

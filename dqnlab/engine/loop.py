@@ -13,10 +13,8 @@ import numpy as np
 import torch
 
 from dqnlab.agent.collapse import collapse_signs
-from dqnlab.agent.networks import load_flat_
 from dqnlab.engine.build import EngineParts
-from dqnlab.engine.evaluator import Evaluator
-from dqnlab.engine.naive import DONE
+from dqnlab.engine.eval_schedule import EvalSchedule
 from dqnlab.engine.replay import GO, STOP, wait_backoff
 from dqnlab.engine.result import ReplicaResult, RunFailed, RunResult
 from dqnlab.engine.window import MetricsWindow
@@ -29,12 +27,15 @@ HOUSEKEEPING_S = 0.1  # how often the learner checks workers and reports progres
 PROBE_STREAM = 1_000_003  # the learner's sampling generator of replica k: default_rng([seed + k, PROBE_STREAM])
 
 
-class Engine:
+class LearnerLoop:
+    """Drives one run of the single learner (``writers='single'``) to its budget; the naive setups'
+    loop (:class:`~dqnlab.engine.naive_loop.NaiveLoop`) replaces :meth:`_loop` and the hooks."""
+
     def __init__(self, parts: EngineParts, callbacks: CallbackList):
         self.parts = parts
         self.cb = callbacks
-        self.window = MetricsWindow(parts)
-        self.evaluator = Evaluator(parts.config, parts.layout)
+        self.window = MetricsWindow(parts, self.writer_counts)
+        self.evaluator = EvalSchedule(parts.config, parts.layout)
         r = parts.config.run
         self.rngs = [np.random.default_rng([r.seed + k, PROBE_STREAM]) for k in range(r.replicas)]
         self.histories: list[list[dict[str, float]]] = [[] for _ in range(r.replicas)]
@@ -79,8 +80,6 @@ class Engine:
 
     # --- scheduling ----------------------------------------------------------------------------
     def _loop(self) -> str:
-        if self.parts.naive is not None:
-            return self._naive_loop()
         p = self.parts
         r = p.config.run
         learner, replay, limiter, pool = p.learner, p.replay, p.limiter, p.pool
@@ -121,39 +120,13 @@ class Engine:
             if self.evaluator.due(replay.env_steps) and not self._evaluate():
                 return "diverged"
 
-    def _naive_loop(self) -> str:
-        """A naive setup: the workers learn; this process watches, evaluates and logs the shared vector."""
-        p = self.parts
-        r, replay, counters = p.config.run, p.replay, p.naive.counters
-        total, next_log, next_housekeeping = r.total_env_steps, r.log_every, 0.0
-        while True:
-            done, env_steps = int(counters[DONE]), replay.env_steps
-            if self.probe is None and env_steps >= r.learning_starts:
-                self.probe = torch.from_numpy(replay.sample_obs(self.rngs, r.probe_size))
-            if env_steps >= total and done >= p.limiter.max_updates:
-                return "completed"
-            if done >= next_log:
-                next_log = (done // r.log_every + 1) * r.log_every
-                if not self._log(None):
-                    return "diverged"
-            now = time.monotonic()
-            if now >= next_housekeeping:
-                next_housekeeping = now + HOUSEKEEPING_S
-                p.pool.health_check()
-                self.cb.on_progress(env_steps, done, total, now - self.t0)
-            if self.evaluator.due(env_steps) and not self._evaluate():
-                return "diverged"
-            time.sleep(1e-3)
+    # --- hooks a loop whose workers write the parameters replaces -------------------------------
+    def read_shared_parameters(self) -> None:
+        """Make the learner's network the parameters to evaluate and probe: it already is."""
 
-    def _sync_from_workers(self) -> None:
-        """A naive setup: the learner's network (evaluated, probed) becomes the shared vector."""
-        naive = self.parts.naive
-        if naive is None:
-            return
-        flat = np.empty_like(naive.params)
-        naive.snapshot(flat)
-        load_flat_(self.parts.learner.net, flat)
-        self.parts.learner.updates = int(naive.counters[DONE])
+    def writer_counts(self) -> tuple[float, float]:
+        """``(lost updates, raced-write fraction)``: the single learner loses and races nothing."""
+        return 0.0, 0.0
 
     def _finish(self, status: str) -> str:
         """A last evaluation (unless one was just taken at this env step) and a last log point of every
@@ -172,7 +145,7 @@ class Engine:
     def _evaluate(self) -> bool:
         """Record one evaluation of every active replica at its own env step. A replica whose weights
         are not finite is not evaluated: it is frozen, its divergence logged. False if none is left."""
-        self._sync_from_workers()
+        self.read_shared_parameters()
         stamp = self.window.stamp(time.monotonic() - self.t0)
         results = self.evaluator.evaluate(self.parts.learner.net, stamp[ENV_STEPS], stamp[UPDATES], self.active)
         for k, metrics in results.items():
@@ -186,7 +159,7 @@ class Engine:
         """Record a log point of every active replica with its collapse signs; a replica that has
         hard-diverged is frozen (this is its last record). Returns whether any replica is left."""
         p = self.parts
-        self._sync_from_workers()
+        self.read_shared_parameters()
         active = self.active
         points = self.window.log_points(time.monotonic() - self.t0, stats, active, read_episodes)
         signs = collapse_signs(p.learner, self.probe, self._reward_bounds(), p.config.agent.gamma)

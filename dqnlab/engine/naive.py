@@ -33,8 +33,10 @@ from dqnlab.agent.learner import td_target
 from dqnlab.agent.networks import QNetwork, flatten_into
 from dqnlab.agent.policy import ParamLayout
 from dqnlab.config import Config
-from dqnlab.engine.replay import SharedReplay
+from dqnlab.engine.actor import Actor
+from dqnlab.engine.replay import GO, STOP, SharedReplay, wait_backoff
 from dqnlab.engine.shared import SharedArena
+from dqnlab.engine.worker_process import run_worker_process
 
 # counters of the naive shared state
 CLAIMED, DONE, WRITES, RACED, IN_FLIGHT, STARTED, OVERWRITTEN = range(7)
@@ -219,24 +221,31 @@ class NaiveWeights:
         return int(self.updates.shared.counters[DONE])
 
 
-def naive_worker(worker: int, config: Config, replay: SharedReplay, layout: ParamLayout, board, shared: NaiveShared,
-                 parent_alive):  # fmt: skip
-    """A naive setup's worker process body: collect with an :class:`~dqnlab.engine.actor.Actor`, learn
-    with :class:`WorkerUpdates`. Returns the actor (closed by the caller)."""
-    from dqnlab.engine.actor import Actor
+def naive_worker_main(worker: int, config: Config, replay: SharedReplay, weights, layout: ParamLayout, board,
+                      shared: NaiveShared) -> None:  # fmt: skip
+    """Entry point of a naive setup's worker process (forked): collect with an
+    :class:`~dqnlab.engine.actor.Actor` and learn with :class:`WorkerUpdates` until the budget is spent
+    and every owed update is taken. ``weights`` (the single learner's broadcast) is not read: a naive
+    worker acts on its own parameters."""
 
-    obs_dim = layout.shapes[layout.names.index("hidden.0.weight")][1]
-    num_actions = layout.shapes[layout.names.index("head.weight")][0]
-    updates = WorkerUpdates(worker, config, replay, shared, layout, obs_dim, num_actions)
-    actor = Actor(worker, config, replay, NaiveWeights(updates), layout, board, parent_alive)
-    naive_worker_loop(actor, updates, replay, board, worker, parent_alive)
-    return actor
+    def collect_and_learn(parent_alive) -> Actor:
+        obs_dim = layout.shapes[layout.names.index("hidden.0.weight")][1]
+        num_actions = layout.shapes[layout.names.index("head.weight")][0]
+        updates = WorkerUpdates(worker, config, replay, shared, layout, obs_dim, num_actions)
+        actor = Actor(worker, config, replay, NaiveWeights(updates), layout, board, parent_alive)
+        try:
+            naive_worker_loop(actor, updates, replay, board, worker, parent_alive)
+        except BaseException:
+            actor.close()
+            raise
+        return actor
+
+    run_worker_process(worker, board, collect_and_learn)
 
 
-def naive_worker_loop(actor, updates: WorkerUpdates, replay: SharedReplay, board, worker: int, parent_alive) -> None:
+def naive_worker_loop(actor: Actor, updates: WorkerUpdates, replay: SharedReplay, board, worker: int,
+                      parent_alive) -> None:  # fmt: skip
     """Collect and learn until the budget is spent and every owed update is taken."""
-    from dqnlab.engine.replay import GO, STOP, wait_backoff
-
     total = updates.config.run.total_env_steps
     attempt = 0
     while True:

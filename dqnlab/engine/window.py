@@ -5,13 +5,14 @@ shares, TD loss and Q statistics, finished episodes). Collapse signs come from
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from dqnlab.engine.actor import epsilon_for
 from dqnlab.engine.build import EngineParts
 from dqnlab.engine.limiter import realised_utd
 from dqnlab.engine.meters import LagMeter, ThroughputMeter
-from dqnlab.engine.naive import DONE, RACED, WRITES, lost_updates
 from dqnlab.metrics import (
     ACTOR_WAIT_S,
     ENV_STEPS,
@@ -37,8 +38,10 @@ from dqnlab.metrics import (
 
 
 class MetricsWindow:
-    def __init__(self, parts: EngineParts):
+    def __init__(self, parts: EngineParts, writer_counts: Callable[[], tuple[float, float]]):
+        """``writer_counts()``: ``(lost updates, raced-write fraction)`` of whoever writes the parameters."""
         self.parts = parts
+        self.writer_counts = writer_counts
         self.lag = LagMeter(parts.config.run.replicas)
         self.throughput = ThroughputMeter()
         self.learner_wait_s = 0.0
@@ -71,13 +74,7 @@ class MetricsWindow:
             shared[worker_share(w, "resident")] = resident[w] / max(resident.sum(), 1)
         shared[TARGET_UPDATES] = learner.target_updates
         shared[RESETS] = learner.resets
-        lost, raced = 0, 0.0  # the single learner loses and races nothing
-        if p.naive is not None:
-            with p.naive.lock:
-                counts = p.naive.counters
-                if p.config.run.writers == "local_copies":
-                    lost = lost_updates(p.naive.lineage, int(counts[DONE]))
-                raced = float(counts[RACED]) / max(int(counts[WRITES]), 1)
+        lost, raced = self.writer_counts()
         shared[LOST_UPDATES] = float(lost)
         shared[LOST_UPDATE_FRAC] = lost / max(updates, 1)
         shared[RACED_WRITE_FRAC] = raced

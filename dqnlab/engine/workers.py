@@ -8,6 +8,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import signal
 import time
+from collections.abc import Callable
 
 from dqnlab.config import Config
 from dqnlab.engine.actor import Actor, ActorBoard, actor_main
@@ -32,9 +33,11 @@ class ActorPool:
     :meth:`step_one` steps in the learner's process, round-robin, through the same code path."""
 
     def __init__(self, config: Config, replay: SharedReplay, weights: WeightBroadcast, layout, board: ActorBoard,
-                 naive=None):  # fmt: skip
+                 worker_main: Callable[..., None] = actor_main):  # fmt: skip
+        """``worker_main(worker, config, replay, weights, layout, board)`` is a forked worker's body:
+        :func:`~dqnlab.engine.actor.actor_main`, or a naive setup's worker that also learns."""
         self.config, self.replay, self.weights, self.layout, self.board = config, replay, weights, layout, board
-        self.naive = naive  # a naive setup's shared state: its workers also learn
+        self.worker_main = worker_main
         self.procs: list[mp.Process] = []
         self.actors: list[Actor] = []
         self.stopped = False
@@ -56,8 +59,8 @@ class ActorPool:
         ctx = mp.get_context("fork")
         for w in range(c.env.num_workers):
             p = ctx.Process(
-                target=actor_main,
-                args=(w, c, self.replay, self.weights, self.layout, self.board, self.naive),
+                target=self.worker_main,
+                args=(w, c, self.replay, self.weights, self.layout, self.board),
                 name=f"dqnlab-actor-{w}",
                 daemon=True,
             )

@@ -4,7 +4,7 @@ queues evaluations) and once at the end of the run, after the learner's last owe
 non-finite weights. Replica k uses the episode seeds a one-replica run with seed ``seed + k`` would use.
 
 The end-of-run evaluation is the one every finding reads (the final return), so it is never taken
-early: an evaluation falling due at the last env step is left to :meth:`Evaluator.final_due`, which
+early: an evaluation falling due at the last env step is left to :meth:`EvalSchedule.final_due`, which
 the loop calls once the learner has taken every update the run owes (up to ``limiter_slack + utd *
 envs_per_worker`` updates after the last env step)."""
 
@@ -15,14 +15,14 @@ import math
 import gymnasium as gym
 
 from dqnlab.agent.collapse import parameters_finite
-from dqnlab.agent.evaluation import evaluate
+from dqnlab.agent.greedy_episodes import evaluate
 from dqnlab.agent.networks import StackedQ, flatten_into
 from dqnlab.agent.policy import NumpyQ, ParamLayout
 from dqnlab.config import Config
 from dqnlab.metrics import EVAL_RETURN_BEST, EVAL_RETURN_MEAN
 
 
-class Evaluator:
+class EvalSchedule:
     def __init__(self, config: Config, layout: ParamLayout):
         self.config = config
         k = config.run.replicas

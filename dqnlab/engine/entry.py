@@ -13,8 +13,7 @@ import numpy as np
 import torch
 
 from dqnlab.config import Config, ConfigError
-from dqnlab.engine.build import build
-from dqnlab.engine.loop import Engine
+from dqnlab.engine.build import build, make_loop
 from dqnlab.engine.result import RunFailed, RunResult
 from dqnlab.tracking.callbacks import CallbackList
 
@@ -50,7 +49,7 @@ def train(config: Config, callbacks: Iterable[Any] = ()) -> RunResult:
         raise ConfigError("device: got 'cuda' but torch.cuda.is_available() is False; allowed: 'cpu'")
     if config.run.mode == "parallel" and other_threads():
         return _train_in_fresh_process(config, list(callbacks))
-    return Engine(build(config, obs_dim, num_actions), CallbackList(callbacks)).run()
+    return make_loop(build(config, obs_dim, num_actions), CallbackList(callbacks)).run()
 
 
 def other_threads() -> list[str]:

@@ -1,7 +1,7 @@
 """Benchmark: the per-trial bookkeeping cost of a sweep on SQLite files vs PostgreSQL + an MLflow
 server, side by side in one run (prints; not a test).
 
-    python -m dqnlab.bench.tracking [--trials 10] [--log-points 100]
+    python -m dqnlab.bench.bookkeeping [--trials 10] [--log-points 100]
 
 One measured trial is everything a sweep trial does except training: Optuna pops a queued trial
 (with its heartbeat thread), the MLflow child run is created with its tags and 40 params,
@@ -76,7 +76,7 @@ def time_trials(storage_url: str, tracking_uri: str, artifacts: Path | None, res
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m dqnlab.bench.tracking", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m dqnlab.bench.bookkeeping", description=__doc__.split("\n\n")[0])
     p.add_argument("--trials", type=int, default=10)
     p.add_argument("--log-points", type=int, default=100, help="log points per trial (default preset: 80)")
     args = p.parse_args(argv)

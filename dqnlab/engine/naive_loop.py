@@ -1,0 +1,57 @@
+"""The loop of a naive setup (``writers`` = ``hogwild`` or ``local_copies``): the workers learn and
+write the shared parameter vector themselves; this process only watches. It evaluates, probes and
+logs the shared vector on the same schedules as :class:`~dqnlab.engine.loop.LearnerLoop`, and
+reports what the writers lost (``lost_updates``) or raced (``raced_write_frac``)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from dqnlab.agent.networks import load_flat_
+from dqnlab.engine.loop import HOUSEKEEPING_S, LearnerLoop
+from dqnlab.engine.naive import DONE, RACED, WRITES, lost_updates
+
+
+class NaiveLoop(LearnerLoop):
+    def _loop(self) -> str:
+        p = self.parts
+        r, replay, counters = p.config.run, p.replay, p.naive.counters
+        total, next_log, next_housekeeping = r.total_env_steps, r.log_every, 0.0
+        while True:
+            done, env_steps = int(counters[DONE]), replay.env_steps
+            if self.probe is None and env_steps >= r.learning_starts:
+                self.probe = torch.from_numpy(replay.sample_obs(self.rngs, r.probe_size))
+            if env_steps >= total and done >= p.limiter.max_updates:
+                return "completed"
+            if done >= next_log:
+                next_log = (done // r.log_every + 1) * r.log_every
+                if not self._log(None):
+                    return "diverged"
+            now = time.monotonic()
+            if now >= next_housekeeping:
+                next_housekeeping = now + HOUSEKEEPING_S
+                p.pool.health_check()
+                self.cb.on_progress(env_steps, done, total, now - self.t0)
+            if self.evaluator.due(env_steps) and not self._evaluate():
+                return "diverged"
+            time.sleep(1e-3)
+
+    def read_shared_parameters(self) -> None:
+        """The learner's network (evaluated, probed) becomes the shared vector, its update count the
+        updates the workers have applied."""
+        naive = self.parts.naive
+        flat = np.empty_like(naive.params)
+        naive.snapshot(flat)
+        load_flat_(self.parts.learner.net, flat)
+        self.parts.learner.updates = int(naive.counters[DONE])
+
+    def writer_counts(self) -> tuple[float, float]:
+        naive = self.parts.naive
+        with naive.lock:
+            counts = naive.counters
+            lost = lost_updates(naive.lineage, int(counts[DONE])) if self.parts.config.run.writers == "local_copies" else 0
+            raced = float(counts[RACED]) / max(int(counts[WRITES]), 1)
+        return float(lost), raced
