@@ -4,9 +4,10 @@ import multiprocessing as mp
 import time
 
 import numpy as np
+import pytest
 
 from dqnlab.engine.shared import SharedArena
-from dqnlab.engine.weights import WeightBroadcast
+from dqnlab.engine.weights import WeightBroadcast, seqlock_is_safe
 
 N_PARAMS = 100_000  # large enough that a copy takes tens of microseconds and can be torn
 
@@ -42,9 +43,10 @@ def _reader(weights: WeightBroadcast, stop, results, slot: int, raw_view: np.nda
     results[slot] = (reads, bad, raw_torn, int(monotone))
 
 
-def test_readers_never_accept_a_torn_snapshot_and_see_monotone_versions(leak_guard):
+@pytest.mark.parametrize("lock_free", [True, False], ids=["seqlock", "locked (weakly ordered CPUs)"])
+def test_readers_never_accept_a_torn_snapshot_and_see_monotone_versions(leak_guard, lock_free):
     arena = SharedArena()
-    weights = WeightBroadcast(arena, N_PARAMS)
+    weights = WeightBroadcast(arena, N_PARAMS, lock_free=lock_free)
     arena.add("results", (2, 4), np.int64)
     arrays = arena.allocate()
     ctx = mp.get_context("fork")
@@ -75,3 +77,24 @@ def test_version_is_published_with_the_parameters():
     out = np.zeros(3, dtype=np.float32)
     assert weights.read_into(out) == 7
     np.testing.assert_array_equal(out, [1, 2, 3])
+
+
+def test_the_lock_free_seqlock_is_used_only_on_cpus_with_total_store_order(monkeypatch):
+    import threading
+
+    assert seqlock_is_safe("x86_64") and seqlock_is_safe("AMD64")
+    assert not seqlock_is_safe("aarch64") and not seqlock_is_safe("ppc64le")
+    monkeypatch.setattr("platform.machine", lambda: "aarch64")
+    arena = SharedArena()
+    weights = WeightBroadcast(arena, 3)
+    arena.allocate()
+    assert not weights.lock_free
+    weights.publish(np.ones(3, dtype=np.float32), version=1)
+    got = []
+    with weights._lock:  # a writer inside its critical section: the reader waits instead of racing it
+        reader = threading.Thread(target=lambda: got.append(weights.read_into(np.zeros(3, dtype=np.float32))))
+        reader.start()
+        reader.join(0.3)
+        assert reader.is_alive() and not got
+    reader.join(5)
+    assert got == [1]

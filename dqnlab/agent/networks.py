@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from dqnlab.agent.aten_ops import layer_norm_input_backward, relu_backward
 from dqnlab.agent.policy import LN_EPS, ParamLayout
 
 
@@ -160,7 +161,8 @@ class StackedQ:
     def backward(self, tape: list[tuple], dq: torch.Tensor) -> torch.Tensor:
         """``dL/dflat`` ``(K, P)`` given ``dq = dL/dQ`` ``(K, B, A)`` at the forward that made ``tape``:
         per layer ``dW = dz^T h``, ``db = sum_B dz``, ``dh = dz W``; ReLU passes where its output is
-        positive; LayerNorm's affine part by hand, its normalisation by aten's own backward kernel."""
+        positive; LayerNorm's affine part by hand, its normalisation by aten's own backward kernel
+        (:mod:`dqnlab.agent.aten_ops`)."""
         grads: dict[str, torch.Tensor] = {}
         w = self._head[0]
         grads["head.weight"] = torch.bmm(dq.transpose(1, 2), tape[-1][-1])
@@ -169,12 +171,11 @@ class StackedQ:
         for i in reversed(range(self.num_hidden)):
             h, z, y, mean, rstd, out = tape[i]
             w, _, _, ln = self._hidden[i]
-            dz = torch.ops.aten.threshold_backward(dh, out, 0)  # relu: pass where the output is positive
+            dz = relu_backward(dh, out)
             if ln is not None:
                 grads[f"norms.{i}.weight"] = (dz * y).sum(1)
                 grads[f"norms.{i}.bias"] = dz.sum(1)
-                dz = torch.ops.aten.native_layer_norm_backward(dz * ln[0], z, z.shape[-1:], mean, rstd, None, None,
-                                                               [True, False, False])[0]  # fmt: skip
+                dz = layer_norm_input_backward(dz * ln[0], z, mean, rstd)
             grads[f"hidden.{i}.weight"] = torch.bmm(dz.transpose(1, 2), h)
             grads[f"hidden.{i}.bias"] = dz.sum(1)
             if i > 0:

@@ -6,6 +6,8 @@
   update loop (same maths: double DQN, Huber, clipping; default Adam; numpy ring sampling);
 - dqnlab: one actor unthrottled (claim, act, step, commit), the learner inside the engine (utd 16,
   one worker, every diagnostic on), and end-to-end env steps/s at utd 0.25, 1, 4 with 1 and 2 workers;
+- reference: the same update by autograd and ``torch.optim.Adam(fused=True)``, sampling from the same
+  shared replay: what the hand-written backward and the stacked Adam are measured against;
 - replicas: the stacked learner's run-updates/s (one update of K replicas = K run-updates; sampling
   from the shared replay included) at K = 1, 2, 4, 8, 16, and one unthrottled actor stepping
   K x envs_per_worker environments (K x envs = 1, 8, 32).
@@ -175,6 +177,48 @@ def stacked_learner(replicas: int, updates: int) -> float:
         return updates * replicas / (time.perf_counter() - t)
 
 
+def autograd_learner(updates: int) -> float:
+    """The reference for the hand-written learner: the same update (double DQN, Huber, clipping, Adam)
+    of one network by autograd and ``torch.optim.Adam(fused=True)``, on batches sampled from the same
+    filled shared replay as :func:`stacked_learner`; updates/s."""
+    config = Config.from_flat(buffer_capacity=20_000)
+    a = config.agent
+    net = QNetwork(4, 2, config.network.hidden_sizes, False)
+    target = QNetwork(4, 2, config.network.hidden_sizes, False)
+    opt = torch.optim.Adam(net.parameters(), lr=a.lr, fused=True)
+    replay, arena = _replay_for(config, 10**9)
+    arena.allocate()
+    replay.bind()
+    rng = np.random.default_rng(0)
+    n = 10_000
+    obs = rng.standard_normal((1, n, 4)).astype(np.float32)
+    replay.claim(n)
+    replay.commit(0, obs, rng.integers(0, 2, (1, n)), np.ones((1, n), np.float32), obs, rng.random((1, n)) < 0.02,
+                  np.zeros((1, n), bool), np.zeros((1, n), np.int64), 0, [], claim_next=0)  # fmt: skip
+    rngs = [np.random.default_rng(0)]
+
+    def step():
+        b = replay.sample(rngs, a.batch_size)
+        o, no = torch.from_numpy(b.obs[0]), torch.from_numpy(b.next_obs[0])
+        act, r, d = torch.from_numpy(b.actions[0]), torch.from_numpy(b.rewards[0]), torch.from_numpy(b.terminated[0])
+        with torch.no_grad():
+            y = td_target(r, d, target(no), a.gamma, net(no))
+        q = net(o).gather(1, act.unsqueeze(1)).squeeze(1)
+        loss = F.smooth_l1_loss(q, y)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), a.max_grad_norm)
+        opt.step()
+
+    with learner_cpu(1):  # as the engine runs a learner: denormals flushed, one thread
+        for _ in range(30):
+            step()
+        t = time.perf_counter()
+        for _ in range(updates):
+            step()
+        return updates / (time.perf_counter() - t)
+
+
 def engine_run(utd: float, workers: int, total: int, **overrides) -> dict[str, float]:
     config = Config.from_flat(
         num_workers=workers, utd=utd, total_env_steps=total, learning_starts=1000, eval_every_steps=0, **overrides
@@ -224,9 +268,13 @@ def main(argv: list[str] | None = None) -> int:
             rows.append((f"dqnlab: end-to-end utd {utd:g}, {workers} worker(s)", m[M.ENV_STEPS_PER_S], "env steps/s",
                          f"{m[M.ENV_STEPS_PER_S] / limit:.2f}x min(actors, bare/utd); "
                          f"utd {m[M.UTD_REALISED]:.4f}, staleness {m[M.ACTOR_STALENESS_RUN_MEAN]:.1f} upd"))  # fmt: skip
+    reference = _median_rate(lambda: autograd_learner(int(600 * scale)), r)
+    rows.append(("reference: autograd + torch.optim.Adam (fused)", reference, "updates/s",
+                 f"{reference / bare:.2f}x bare loop"))  # fmt: skip
     for k in (1, 2, 4, 8, 16):
         rate = _median_rate(lambda k=k: stacked_learner(k, max(20, int(600 * scale / k ** 0.5))), r)
-        rows.append((f"replicas: stacked learner, K={k}", rate, "run-upd/s", f"{rate / bare:.2f}x bare loop"))
+        rows.append((f"replicas: stacked learner, K={k}", rate, "run-upd/s",
+                     f"{rate / bare:.2f}x bare loop, {rate / reference:.2f}x autograd+fused"))  # fmt: skip
     for k, n in ((1, 1), (1, 8), (8, 1), (1, 32), (8, 4)):
         rate = _median_rate(lambda k=k, n=n: actor_unthrottled(s, k, n), r)
         rows.append((f"replicas: actor, {k} replica(s) x {n} env(s)", rate, "env steps/s", f"{rate / env:.2f}x env alone"))

@@ -1,0 +1,20 @@
+"""The two private ATen kernels the hand-written backward (:meth:`StackedQ.backward`) calls, behind one
+function each: the only place this project touches ``torch.ops.aten``, so a torch release that moves
+them breaks here, and the backward's test against autograd (``tests/test_networks.py``) says so."""
+
+from __future__ import annotations
+
+import torch
+
+
+def relu_backward(grad_out: torch.Tensor, relu_out: torch.Tensor) -> torch.Tensor:
+    """``dL/dz`` of ``relu_out = relu(z)`` given ``grad_out = dL/d relu_out``: passes where the output is positive."""
+    return torch.ops.aten.threshold_backward(grad_out, relu_out, 0)
+
+
+def layer_norm_input_backward(grad_y: torch.Tensor, z: torch.Tensor, mean: torch.Tensor,
+                              rstd: torch.Tensor) -> torch.Tensor:  # fmt: skip
+    """``dL/dz`` of the normalisation ``y = (z - mean) * rstd`` over the last axis (no affine part),
+    given ``grad_y = dL/dy`` and the ``mean``/``rstd`` its forward saved (aten's own kernel)."""
+    return torch.ops.aten.native_layer_norm_backward(grad_y, z, z.shape[-1:], mean, rstd, None, None,
+                                                     [True, False, False])[0]  # fmt: skip
