@@ -6,9 +6,9 @@ every metric (prefixed ``final_``), ``final_return`` (NaN for a failed or hard-d
 has a policy to score) and the ``collapse`` label. One row per seed: a trial of K replicas has K child
 runs (each with its own ``seed``). A seed of a grid point rerun after a failure counts once, with its
 finished run; a failed run whose point was never rerun stays, as failed.
-``load_histories``: the long table ``(run_id, env_steps, updates, metric, value)``.
-Histories come from each run's ``history.json`` artifact (one download per run, not one call per
-metric).
+``load`` gives both: the runs and the long table ``(run_id, env_steps, updates, metric, value)``.
+Configs and histories come from each run's ``config.json`` and ``history.json`` artifacts (one
+download per run, not one call per metric); config fields are typed as the config types them.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ import pandas as pd  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 from analysis.stats import collapse_label, final_return  # noqa: E402
-from dqnlab.config import Config  # noqa: E402
+from dqnlab.config import Config, field_types, text_parser  # noqa: E402
 from dqnlab.metrics import ENV_STEPS, UPDATES  # noqa: E402
+from dqnlab.tracking.mlflow_runs import CONFIG_ARTIFACT, HISTORY_ARTIFACT  # noqa: E402
 
 TAG_STUDY, TAG_ROLE = "dqnlab.study", "dqnlab.role"
 
@@ -46,13 +47,18 @@ def _trial_runs(client, experiment_id: str, study: str | None):
     return client.search_runs([experiment_id], filter_string=flt, max_results=50_000)
 
 
-def _history(client, run_id: str) -> list[dict[str, float]]:
+def _artifacts(client, run_id: str) -> tuple[dict | None, list[dict[str, float]]]:
+    """The run's typed config (``config.json``; None if it has none) and its history (``history.json``;
+    empty for a run killed before it wrote one), in one download."""
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            path = client.download_artifacts(run_id, "history.json", tmp)
-        except Exception:  # a run killed before it wrote its artifacts
-            return []
-        return json.loads(Path(path).read_text())
+            root = Path(client.download_artifacts(run_id, "", tmp))
+        except Exception:  # no artifact at all
+            return None, []
+        config = root / CONFIG_ARTIFACT
+        history = root / HISTORY_ARTIFACT
+        return (json.loads(config.read_text()) if config.exists() else None,
+                json.loads(history.read_text()) if history.exists() else [])  # fmt: skip
 
 
 def run_outcome(mlflow_status: str, status: str | None) -> str:
@@ -63,25 +69,15 @@ def run_outcome(mlflow_status: str, status: str | None) -> str:
     return "diverged" if status == "diverged" else "completed"
 
 
-def _typed_params(params: dict[str, str]) -> dict:
-    defaults = Config().to_flat()
-    out: dict = {}
-    for name, text in params.items():
-        default = defaults.get(name)
-        if isinstance(default, bool):
-            out[name] = text == "True"
-        elif isinstance(default, int):
-            out[name] = int(float(text))
-        elif isinstance(default, float) or (default is None and text not in ("None", "")):
-            try:
-                out[name] = float(text)
-            except ValueError:
-                out[name] = text
-        elif default is None:
-            out[name] = None
-        else:
-            out[name] = text
-    return out
+def typed_config(config_json: dict | None, params: dict[str, str]) -> dict:
+    """Every config field, typed as :class:`~dqnlab.config.Config` types it (tuples as tuples): from the
+    run's ``config.json``, else (runs from before it was written at creation) its string params read by
+    the command line's own parser (:func:`dqnlab.config.text_parser`). Fields a run does not name keep
+    their defaults."""
+    if config_json is None:
+        types_ = field_types()
+        config_json = {k: text_parser(types_[k])[0](v) for k, v in params.items() if k in types_}
+    return Config.from_flat(config_json).to_flat()
 
 
 def load(tracking_uri: str, experiment: str, study: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -90,7 +86,7 @@ def load(tracking_uri: str, experiment: str, study: str | None = None) -> tuple[
     rows, long_rows = [], []
     for run in _trial_runs(client, experiment_id, study):
         run_id = run.info.run_id
-        history = _history(client, run_id)
+        config_json, history = _artifacts(client, run_id)
         status = run.data.tags.get("status")
         outcome = run_outcome(run.info.status, status)
         row = {
@@ -101,7 +97,7 @@ def load(tracking_uri: str, experiment: str, study: str | None = None) -> tuple[
             "status": status,
             "outcome": outcome,
             "mlflow_status": run.info.status,
-            **_typed_params(run.data.params),
+            **typed_config(config_json, run.data.params),
         }
         final: dict[str, float] = {}
         for m in history:
@@ -128,7 +124,3 @@ def load(tracking_uri: str, experiment: str, study: str | None = None) -> tuple[
 
 def load_runs(tracking_uri: str, experiment: str, study: str | None = None) -> pd.DataFrame:
     return load(tracking_uri, experiment, study)[0]
-
-
-def load_histories(tracking_uri: str, experiment: str, study: str | None = None) -> pd.DataFrame:
-    return load(tracking_uri, experiment, study)[1]

@@ -170,11 +170,6 @@ def display_key(name: str) -> str:
     return f"{describe(name).section}/{name}"
 
 
-def bare_name(key: str) -> str:
-    """Inverse of :func:`display_key` (a bare name is returned as it is)."""
-    return key.split("/", 1)[1] if "/" in key else key
-
-
 def markdown_table() -> str:
     """The vocabulary as the Markdown table the README carries (a test keeps the two equal)."""
     rows = ["| name | section | unit | meaning | DESIGN.md term |", "| --- | --- | --- | --- | --- |"]

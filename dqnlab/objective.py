@@ -11,10 +11,16 @@ from dqnlab.metrics import ENV_STEPS_PER_S_TOTAL, EVAL_RETURN_MEAN
 from dqnlab.statistics import iqm
 
 OBJECTIVES = ("eval", "throughput")
+MISSING_SCORE = float("nan")
+"""A run without a score (hard-diverged: no policy; or no evaluation): NaN everywhere, in the
+objective of its MLflow run, the trial's ``seed_values``, the sweep summary and analysis. Only
+Optuna cannot take it (a NaN value FAILs a trial, which the next invocation would rerun):
+:func:`optuna_value` is the one place that maps it (to -inf, the worst COMPLETE trial)."""
 
 
 def replica_values(result, objective: str) -> list[float]:
-    """Each replica's score: its final return (``eval``; NaN without one) or the run's env steps/s."""
+    """Each replica's score: its final return (``eval``; :data:`MISSING_SCORE` without one) or the run's
+    env steps/s."""
     if objective == "throughput":
         if len(result.replicas) != 1:  # the sweep refuses this before any run (dqnlab.study.spec)
             raise ValueError("throughput: one measurement per run, not per replica; run one replica per seed")
@@ -23,11 +29,16 @@ def replica_values(result, objective: str) -> list[float]:
 
 
 def objective_value(result, objective: str) -> float:
-    """A trial's value for Optuna: the IQM over its replicas' scores that are finite; -inf where none
-    is (every replica hard-diverged, or no evaluation), so that Optuna records the trial as the worst
-    COMPLETE one, never as NaN (which Optuna would FAIL and the next invocation would rerun)."""
+    """A trial's score: the IQM over its replicas' scores that are finite; :data:`MISSING_SCORE` where
+    none is (every replica hard-diverged, or no evaluation)."""
     finite = [v for v in replica_values(result, objective) if math.isfinite(v)]
-    return iqm(finite) if finite else float("-inf")
+    return iqm(finite) if finite else MISSING_SCORE
+
+
+def optuna_value(score: float) -> float:
+    """What Optuna records for ``score``: the score, or -inf for a missing one, so that Optuna keeps the
+    trial as the worst COMPLETE one (it FAILs a trial whose value is NaN)."""
+    return score if math.isfinite(score) else float("-inf")
 
 
 def final_eval_return(history: list[dict[str, float]], status: str | None = None) -> float:

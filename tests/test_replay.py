@@ -19,6 +19,11 @@ def _make(capacity: int, workers: int, total: int, utd: float = 1.0, strict: boo
     return replay
 
 
+def _resident(replay: SharedReplay, column: str) -> np.ndarray:
+    """A column of the resident transitions (read after the writers are done: no lock needed)."""
+    return replay._a[column][: replay.size].copy()
+
+
 def _commit(replay: SharedReplay, worker: int, n: int, version: int = 0) -> int:
     """One actor step of ``n`` envs per replica; replica k's observations hold (worker, k), its actions
     the transitions' sequence numbers (which slot a sampled row came from)."""
@@ -55,13 +60,13 @@ def test_concurrent_writers_lose_and_duplicate_nothing(leak_guard):
     replay = _make(capacity=10_000, workers=workers, total=total)
     _run_writers(replay, workers, 2)
     assert replay.env_steps == total
-    np.testing.assert_array_equal(np.sort(replay.resident_seq()), np.arange(total))
+    np.testing.assert_array_equal(np.sort(_resident(replay, "seq")), np.arange(total))
     produced = replay.produced()
     assert produced.sum() == total
     np.testing.assert_array_equal(produced, replay.resident())
     # each slot's payload belongs to the worker recorded for it
-    workers_col = replay.resident_column("worker")
-    np.testing.assert_array_equal(replay.resident_column("obs")[:, 0, 0], workers_col)
+    workers_col = _resident(replay, "worker")
+    np.testing.assert_array_equal(_resident(replay, "obs")[:, 0, 0], workers_col)
     np.testing.assert_array_equal(np.bincount(workers_col, minlength=workers), produced)
 
 
@@ -71,12 +76,12 @@ def test_concurrent_writers_while_the_ring_wraps_keep_the_newest_and_exact_count
     _run_writers(replay, workers, 3)
     assert replay.env_steps == total and replay.produced().sum() == total
     # exactly the newest `capacity` transitions are resident, each once, in slot seq % capacity
-    seqs = replay.resident_seq()
+    seqs = _resident(replay, "seq")
     np.testing.assert_array_equal(np.sort(seqs), np.arange(total - capacity, total))
     np.testing.assert_array_equal(seqs % capacity, np.arange(capacity))
-    workers_col = replay.resident_column("worker")
+    workers_col = _resident(replay, "worker")
     np.testing.assert_array_equal(replay.resident(), np.bincount(workers_col, minlength=workers))
-    obs = replay.resident_column("obs")
+    obs = _resident(replay, "obs")
     for k in range(2):  # no torn payload: every replica's row holds its own (worker, replica)
         np.testing.assert_array_equal(obs[:, k, 0], workers_col)
         np.testing.assert_array_equal(obs[:, k, 1], k)
@@ -89,10 +94,10 @@ def test_ring_overwrites_oldest_and_keeps_resident_counts():
         replay.claim(3)
         _commit(replay, step % 2, 3)
     assert replay.env_steps == 24 and replay.size == 10
-    np.testing.assert_array_equal(np.sort(replay.resident_seq()), np.arange(14, 24))
+    np.testing.assert_array_equal(np.sort(_resident(replay, "seq")), np.arange(14, 24))
     resident = replay.resident()
     assert resident.sum() == 10
-    np.testing.assert_array_equal(resident, np.bincount(replay.resident_column("worker"), minlength=2))
+    np.testing.assert_array_equal(resident, np.bincount(_resident(replay, "worker"), minlength=2))
     np.testing.assert_array_equal(replay.produced(), [12, 12])
 
 

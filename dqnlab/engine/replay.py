@@ -313,15 +313,6 @@ class SharedReplay:
         self._episodes_read = count
         return out
 
-    def resident_seq(self) -> np.ndarray:
-        """Sequence numbers of the resident transitions (for the no-loss/no-duplicate checks)."""
-        with self._locked(None):
-            return self._a["seq"][: self.size].copy()
-
-    def resident_column(self, name: str) -> np.ndarray:
-        with self._locked(None):
-            return self._a[name][: self.size].copy()
-
 
 def wait_backoff(attempt: int) -> float:
     """Sleep used by polling waits: 20 us growing to 1 ms; returns the seconds slept."""

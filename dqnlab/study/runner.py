@@ -20,7 +20,8 @@ finished study adds nothing.
 
 Objective (maximised, :mod:`dqnlab.objective`): ``eval`` = mean greedy eval return over the last
 quarter of the run's evaluations; ``throughput`` = env steps/s over the whole run. A hard-diverged
-run is a COMPLETE trial with ``status='diverged'`` and value -inf (it has no policy to score).
+run is a COMPLETE trial with ``status='diverged'`` and a missing score (:data:`dqnlab.objective.MISSING_SCORE`,
+NaN; Optuna records it as -inf).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from dqnlab.objective import objective_value, replica_values
+from dqnlab.objective import MISSING_SCORE, objective_value, optuna_value, replica_values
 from dqnlab.signals import sigterm_as_interrupt
 from dqnlab.study.queue import grid_sampler, mark_killed_runs, open_study, top_up_queue
 from dqnlab.study.spec import (
@@ -150,14 +151,14 @@ def worker_loop(args: WorkerArgs) -> None:
         values = replica_values(result, spec.objective)
         try:
             for run, v in zip(tracker.trackers, values):
-                run.log_metric(display_key(OBJECTIVE), v if math.isfinite(v) else -1e30)
+                run.log_metric(display_key(OBJECTIVE), v)  # MISSING_SCORE (NaN) stays NaN
         except TrackingError as exc:
             _record_failure(trial, str(exc))
             raise
         trial.set_user_attr("status", result.status)
-        trial.set_user_attr("seed_values", {str(s): v if math.isfinite(v) else None for s, v in zip(seeds, values)})
+        trial.set_user_attr("seed_values", {str(s): v for s, v in zip(seeds, values)})
         trial.set_user_attr("seed_status", {str(r.seed): r.status for r in result.replicas})
-        return objective_value(result, spec.objective)
+        return optuna_value(objective_value(result, spec.objective))
 
     with sigterm_as_interrupt():
         try:
@@ -295,13 +296,15 @@ def summarise(study, spec: SweepSpec) -> dict[str, Any]:
 
     rows = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        rows.append({"trial": t.number, "point": json.loads(t.user_attrs["grid_point"]), "value": t.value,
+        value = t.value if math.isfinite(t.value) else MISSING_SCORE
+        rows.append({"trial": t.number, "point": json.loads(t.user_attrs["grid_point"]), "value": value,
                      "status": t.user_attrs.get("status"), "seed_values": t.user_attrs.get("seed_values", {}),
                      "mlflow_run_ids": t.user_attrs.get("mlflow_run_ids", [])})  # fmt: skip
     by_cell: dict[str, list[float]] = defaultdict(list)
     for r in rows:
         cell = {k: v for k, v in r["point"].items() if k != "seed"}
-        per_seed = [math.nan if v is None else v for v in r["seed_values"].values()] or [r["value"]]
+        # studies from before MISSING_SCORE stored a missing seed's score as None
+        per_seed = [MISSING_SCORE if v is None else v for v in r["seed_values"].values()] or [r["value"]]
         by_cell[json.dumps(cell, sort_keys=True)].extend(per_seed)
     cells = []
     for key, values in by_cell.items():

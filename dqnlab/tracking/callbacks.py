@@ -1,22 +1,14 @@
 """Where run metrics go: a small callback interface (trackers and the console plug into it).
 
-Every hook is optional. ``on_start`` receives the run's config; ``on_log`` a replica's index and the
+A callback is any object with some of the hooks ``on_start(config)``, ``on_log(replica, metrics)``,
+``on_progress(env_steps, updates, total_env_steps, elapsed_s)``, ``on_end(result)``; every hook is
+optional. ``on_start`` receives the run's config; ``on_log`` a replica's index and the
 flat metrics dict of one record of its history (names from :mod:`dqnlab.metrics`); ``on_progress`` a
 cheap heartbeat ten times a second; ``on_end`` the final :class:`~dqnlab.engine.result.RunResult` on
 every exit path (completed, diverged, failed, interrupted).
 """
 
 from __future__ import annotations
-
-from typing import Any, Protocol
-
-
-class Callback(Protocol):
-    def on_start(self, config: Any) -> None: ...
-    def on_log(self, replica: int, metrics: dict[str, float]) -> None: ...
-    def on_progress(self, env_steps: int, updates: int, total_env_steps: int, elapsed_s: float) -> None: ...
-    def on_end(self, result: Any) -> None: ...
-
 
 HOOKS = ("on_start", "on_log", "on_progress", "on_end")
 

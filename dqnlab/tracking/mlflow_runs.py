@@ -32,6 +32,8 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 from dqnlab.metrics import ENV_STEPS, display_key  # noqa: E402
 
 METRICS_PER_BATCH = 1000  # MLflow's log_batch limit
+CONFIG_ARTIFACT = "config.json"  # the run's config, flat and typed (Config.to_flat; tuples as JSON lists)
+HISTORY_ARTIFACT = "history.json"  # every log point and evaluation record, bare metric names
 PARAMS_PER_BATCH = 100
 STATUS_TO_MLFLOW = {"completed": "FINISHED", "diverged": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}
 TAG_STUDY = "dqnlab.study"
@@ -90,8 +92,9 @@ def close_parent(client: MlflowClient, parent_run_id: str, status: str) -> None:
 def start_trial_run(client: MlflowClient, experiment_id: str, parent_run_id: str | None, run_name: str,
                     tags: dict[str, str] | None = None, config: Any = None) -> str:  # fmt: skip
     """Create a trial's child run (RUNNING) and return its id; TrackingError if the store fails.
-    With ``config``, its fields are logged as params at once, so that a run cut off before its engine
-    started still says which configuration and seed it was."""
+    With ``config``, its fields are logged at once as params (for the UI) and as ``config.json`` (typed,
+    for analysis), so that a run cut off before its engine started still says which configuration and
+    seed it was."""
     all_tags = {TAG_ROLE: "trial", "git_commit": git_commit(), **(tags or {})}
     if parent_run_id:
         all_tags[PARENT_TAG] = parent_run_id
@@ -99,6 +102,7 @@ def start_trial_run(client: MlflowClient, experiment_id: str, parent_run_id: str
         run_id = client.create_run(experiment_id, run_name=run_name, tags=all_tags).info.run_id
         if config is not None:
             log_params(client, run_id, config)
+            client.log_dict(run_id, config.to_flat(), CONFIG_ARTIFACT)  # the typed config analysis reads
         return run_id
     except Exception as exc:
         raise TrackingError(f"MLflow tracking store failed ({type(exc).__name__}: {str(exc)[:500]})") from exc
@@ -207,10 +211,10 @@ class MlflowRunTracker:
             tags.append(RunTag("error", result.error[:5000]))
         self._call(self.client.log_batch, self.run_id, tags=tags)
         with tempfile.TemporaryDirectory() as tmp:
-            (Path(tmp) / "config.json").write_text(json.dumps(result.config.to_flat(), indent=2))
-            (Path(tmp) / "history.json").write_text(json.dumps(result.history))
+            (Path(tmp) / CONFIG_ARTIFACT).write_text(json.dumps(result.config.to_flat(), indent=2))
+            (Path(tmp) / HISTORY_ARTIFACT).write_text(json.dumps(result.history))
             (Path(tmp) / "summary.txt").write_text(result.summary() + "\n")
-            for name in ("config.json", "history.json", "summary.txt"):
+            for name in (CONFIG_ARTIFACT, HISTORY_ARTIFACT, "summary.txt"):
                 self._call(self.client.log_artifact, self.run_id, str(Path(tmp) / name))
         self._call(self.client.set_terminated, self.run_id, STATUS_TO_MLFLOW.get(result.status, "FAILED"))
         self.ended = True
