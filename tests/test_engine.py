@@ -12,6 +12,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from small import small_config
 
 from dqnlab.config import Config
 from dqnlab.engine import RunFailed, train
@@ -33,11 +34,7 @@ from dqnlab.metrics import (
 
 
 def small(**overrides) -> Config:
-    base = dict(
-        total_env_steps=2000, learning_starts=500, batch_size=32, buffer_capacity=10_000, probe_size=64,
-        hidden_sizes=(32, 32), log_every=50, eval_every_steps=0, num_workers=2, sync_every=50,
-    )  # fmt: skip
-    return Config.from_flat({**base, **overrides})
+    return small_config(**{**dict(total_env_steps=2000), **overrides})
 
 
 class Recorder:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from small import small_config
 
 from dqnlab.agent.learner import Learner
-from dqnlab.config import Config
 from dqnlab.engine import train
 from dqnlab.engine.replay import SharedReplay
 from dqnlab.metrics import (
@@ -21,13 +21,7 @@ from dqnlab.metrics import (
     UTD_REALISED,
 )
 
-
-def small(**overrides) -> Config:
-    base = dict(
-        total_env_steps=1500, learning_starts=500, batch_size=32, buffer_capacity=10_000, probe_size=64,
-        hidden_sizes=(32, 32), log_every=50, eval_every_steps=0, num_workers=2, sync_every=50,
-    )  # fmt: skip
-    return Config.from_flat({**base, **overrides})
+small = small_config
 
 
 STEPS_FOR_UTD = {0.25: 3000, 1.0: 1500, 4.0: 1000}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from small import small_config
 
 from dqnlab.config import Config, ConfigError
 from dqnlab.engine import train
@@ -49,10 +50,7 @@ def test_lost_updates_are_exact_when_updates_finish_out_of_order():
 
 
 def small(**overrides) -> Config:
-    base = dict(total_env_steps=1500, learning_starts=500, batch_size=32, buffer_capacity=10_000, probe_size=64,
-                hidden_sizes=(32, 32), log_every=100, eval_every_steps=500, eval_episodes=1, num_workers=2,
-                sync_every=50, utd=1.0)  # fmt: skip
-    return Config.from_flat({**base, **overrides})
+    return small_config(**{**dict(log_every=100, eval_every_steps=500, eval_episodes=1, utd=1.0), **overrides})
 
 
 def test_the_single_learner_reports_no_lost_update_and_no_raced_write(leak_guard):
