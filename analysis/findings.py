@@ -27,7 +27,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from analysis.cells import cell_table, returns_of  # noqa: E402
 from analysis.load import load  # noqa: E402
 from analysis.plots import save  # noqa: E402
-from analysis.stats import bootstrap_ci, difference_ci, probability_of_improvement  # noqa: E402
+from analysis.stats import bootstrap_ci, difference_ci, iqm, probability_of_improvement  # noqa: E402
 from dqnlab import metrics as M  # noqa: E402
 
 MITIGATION_ORDER = ["plain", "layernorm", "head_reset", "shrink_perturb"]
@@ -218,7 +218,7 @@ def finding_parallel(runs: pd.DataFrame, hist: pd.DataFrame) -> Finding:
     axes[0].set(xlabel="env steps", ylabel="greedy return (IQM over seeds, 95% CI band)", title="learning curves")
     axes[0].legend(fontsize=8)
     utd = runs.assign(ratio=_final(runs, M.UTD_REALISED) / runs["utd"])
-    sns.barplot(utd, x="variant", y="ratio", order=order, ax=axes[1], errorbar=("ci", 95), palette=palette,
+    sns.barplot(utd, x="variant", y="ratio", order=order, ax=axes[1], estimator=iqm, errorbar=("ci", 95), palette=palette,
                 hue="variant", legend=False)  # fmt: skip
     axes[1].axhline(1.0, color="black", lw=1, ls="--")
     axes[1].set(xlabel="", ylabel="realised UTD / requested UTD", title="the replay ratio actually trained at")
@@ -265,7 +265,7 @@ def finding_workers(runs: pd.DataFrame) -> Finding:
     shares = pd.DataFrame(rows)
     fig, axes = plt.subplots(1, 2, figsize=(16, 4.6), gridspec_kw={"width_ratios": [3, 1.3]})
     shares["bar"] = shares["variant"] + "\n" + shares["worker"]
-    sns.barplot(shares, x="bar", y="share", hue="share of", ax=axes[0], errorbar=("ci", 95))
+    sns.barplot(shares, x="bar", y="share", hue="share of", ax=axes[0], estimator=iqm, errorbar=("ci", 95))
     axes[0].set(xlabel="", ylabel="share (fraction, end of run)")
     axes[0].set_title("env steps produced / resident / sampled, and episodes finished, per worker", pad=28)
     sns.move_legend(axes[0], "lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(M.SHARE_KINDS), title=None,

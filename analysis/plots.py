@@ -3,7 +3,8 @@ matplotlib Figure (titled, units on the axes); :func:`save` writes one to a PNG.
 
 No panel averages over configurations it does not name: every plot draws one row per setting of
 the swept axes it does not show (:func:`analysis.cells.facets`), and its error bars and bands are
-over the seeds of one cell. With too little data a plot returns a placeholder figure that says so
+over the seeds of one cell: the IQM with a bootstrap 95% CI, the statistic the tables give. With too
+little data a plot returns a placeholder figure that says so
 (:func:`is_placeholder`), so a report never silently lacks a figure.
 """
 
@@ -26,6 +27,7 @@ import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from analysis.cells import cell_table, facets  # noqa: E402
+from analysis.stats import iqm  # noqa: E402
 from dqnlab import metrics as M  # noqa: E402
 
 sns.set_theme(style="whitegrid", context="notebook")
@@ -109,7 +111,7 @@ def throughput_scaling(runs: pd.DataFrame, hist: pd.DataFrame | None = None) -> 
         workers = np.sort(g["num_workers"].unique())
         for ax, col, what in [(axrow[0], steps_col, "env steps/s"), (axrow[1], upd_col, "gradient updates/s")]:
             sns.lineplot(g, x="num_workers", y=col, hue="limiter", style="utd", markers=True, ax=ax,
-                         errorbar=("ci", 95), n_boot=N_BOOT)  # fmt: skip
+                         estimator=iqm, errorbar=("ci", 95), n_boot=N_BOOT)  # fmt: skip
             base = g[g["num_workers"] == workers[0]].groupby(["limiter", "utd"])[col].mean()
             for v in base.to_numpy():
                 ax.plot(workers, v * workers / workers[0], color="grey", ls=":", lw=1)
@@ -202,7 +204,7 @@ def diagnostics_over_training(runs: pd.DataFrame, hist: pd.DataFrame) -> Figure:
         for ax, (metric, what) in zip(axrow, DIAGNOSTICS):
             if metric in sub and sub[metric].notna().any():
                 sns.lineplot(sub, x=M.ENV_STEPS, y=metric, hue="utd", style="layer_norm", palette="viridis", ax=ax,
-                             errorbar=("ci", 95), n_boot=N_BOOT)  # fmt: skip
+                             estimator=iqm, errorbar=("ci", 95), n_boot=N_BOOT)  # fmt: skip
             ax.set(xlabel="env steps", ylabel=what)
             _steps_axis(ax)
         _drop_legends(axrow[:-1])
@@ -254,7 +256,7 @@ def learning_curves(runs: pd.DataFrame, hist: pd.DataFrame) -> Figure:
     for ax, (label, g) in zip(flat, panels):
         sub = df[df["run_id"].isin(g["run_id"])]
         sns.lineplot(sub, x=M.ENV_STEPS, y=M.EVAL_RETURN_MEAN, hue="utd", palette="viridis", ax=ax,
-                     errorbar=("ci", 95), n_boot=N_BOOT)  # fmt: skip
+                     estimator=iqm, errorbar=("ci", 95), n_boot=N_BOOT)  # fmt: skip
         ax.set(xlabel="env steps", ylabel="greedy return", title=textwrap.fill(label, 48))
         _steps_axis(ax)
     for ax in flat[len(panels) :]:
@@ -280,7 +282,8 @@ def worker_shares(runs: pd.DataFrame, hist: pd.DataFrame | None = None) -> Figur
                         shares.append({"config": f"{int(r['num_workers'])} workers / worker {w}", "share of": kind,
                                        "share": v})  # fmt: skip
         if shares:
-            sns.barplot(pd.DataFrame(shares), x="config", y="share", hue="share of", ax=axrow[0], errorbar=("ci", 95))
+            sns.barplot(pd.DataFrame(shares), x="config", y="share", hue="share of", ax=axrow[0], estimator=iqm,
+                        errorbar=("ci", 95))  # fmt: skip
         axrow[0].set(xlabel="", ylabel="share (fraction)", title="env steps produced vs batch elements sampled")
         axrow[0].tick_params(axis="x", rotation=30, labelsize=8)
         _legend_outside(axrow[0])
@@ -290,7 +293,7 @@ def worker_shares(runs: pd.DataFrame, hist: pd.DataFrame | None = None) -> Figur
         ]:
             col = f"final_{metric}"
             if col in g and g[col].notna().any():
-                sns.barplot(g, x="num_workers", y=col, ax=ax, errorbar=("ci", 95), color="C0")
+                sns.barplot(g, x="num_workers", y=col, ax=ax, estimator=iqm, errorbar=("ci", 95), color="C0")
             ax.set(xlabel="worker processes", ylabel=what, title=panel)
         _row_title(axrow[0], label)
     return _finish(fig, title)

@@ -1,4 +1,4 @@
-"""Statistics over seeds (re-exported from :mod:`dqnlab.statistics`) and the DESIGN.md collapse label."""
+"""Statistics over seeds (re-exported from :mod:`dqnlab.statistics`) and the collapse label of docs/design.md."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ __all__ = [
 
 
 def collapse_label(history: Sequence[dict[str, float]], status: str | None = None) -> str:
-    """DESIGN.md outcome of one run, in this order:
+    """The outcome of one run (docs/design.md: collapse label), in this order:
 
     - ``diverged``: soft or hard divergence at any log point, or status ``diverged``;
     - ``performance_collapse``: the final eval return fell from the run's best (reached before the

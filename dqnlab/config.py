@@ -183,11 +183,11 @@ class RunConfig:
     """Seed of the first replica; replica k uses seed + k (its networks, envs, exploration, sampling)."""
     replicas: int = 1
     """Independent agents of this configuration trained in lockstep in one run (seeds seed..seed+K-1),
-    one stacked learner update for all; each replica is a run of its own (DESIGN.md: replica)."""
+    one stacked learner update for all; each replica is a run of its own (docs/design.md: replica)."""
     writers: Writers = "single"
     """Who writes the parameters: 'single' (the learner alone: the design); 'hogwild' (every worker
     steps shared parameters without a lock) and 'local_copies' (each worker trains its own copy and
-    writes it back, last writer wins) exist only as measured counterexamples (DESIGN.md: writers)."""
+    writes it back, last writer wins) exist only as measured counterexamples (docs/design.md: writers)."""
     mode: RunMode = "parallel"
     """'parallel': one process per actor; 'serial': actors stepped in the learner's process."""
     device: Device = "cpu"

@@ -1,4 +1,4 @@
-"""The metric vocabulary: every name a run reports, with its unit, its meaning and its DESIGN.md term.
+"""The metric vocabulary: every name a run reports, with its unit, its meaning and its design term.
 
 Engine, trackers, analysis, plots and notebooks import names from here; none retypes them as a
 string literal. A log point is a flat ``{name: float}`` dict; ``env_steps`` is its step axis.
@@ -20,7 +20,7 @@ class Metric:
     meaning: str
     section: str
     term: str = ""
-    """The DESIGN.md term it measures, if any."""
+    """The design term it measures, if any."""
 
 
 _ALL: list[Metric] = []
@@ -72,7 +72,7 @@ _WORKER_SHARE = re.compile(r"^worker(\d+)_(produced|resident|sampled|episodes)_s
 
 def worker_share(worker: int, kind: str) -> str:
     """``worker{w}_{produced|resident|sampled|episodes}_share``: the worker's fraction of env steps
-    produced, of transitions resident in replay, of batch elements sampled (DESIGN.md: worker share),
+    produced, of transitions resident in replay, of batch elements sampled (docs/design.md: worker share),
     and of the episodes finished over the run (a worker with long episodes finishes few of them while
     producing as many transitions as its peers)."""
     if kind not in SHARE_KINDS:
@@ -172,7 +172,7 @@ def display_key(name: str) -> str:
 
 def markdown_table() -> str:
     """The vocabulary as the Markdown table the README carries (a test keeps the two equal)."""
-    rows = ["| name | section | unit | meaning | DESIGN.md term |", "| --- | --- | --- | --- | --- |"]
+    rows = ["| name | section | unit | meaning | design term |", "| --- | --- | --- | --- | --- |"]
     for m in METRICS.values():
         rows.append(f"| `{m.name}` | {m.section} | {m.unit} | {m.meaning} | {m.term} |")
     rows.append("| `worker{w}_produced_share`, `_resident_share`, `_sampled_share`, `_episodes_share` | workers | "

@@ -19,6 +19,8 @@ from analysis.stats import (
 )
 from dqnlab.config import Config
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -54,7 +54,7 @@ def _chromium() -> str | None:
 _reason = _missing()
 if _reason and os.environ.get("DQNLAB_REQUIRE_SERVICES") == "1":
     raise RuntimeError(f"DQNLAB_REQUIRE_SERVICES=1 but {_reason}")
-pytestmark = pytest.mark.skipif(_reason is not None, reason=_reason or "")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(_reason is not None, reason=_reason or "")]
 
 
 def _postgres_shm() -> set[str]:

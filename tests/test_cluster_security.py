@@ -28,7 +28,7 @@ from test_cluster import _cli, _reason
 from dqnlab.services.state import free_port, load_state
 
 REPO = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.skipif(_reason is not None, reason=_reason or "")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(_reason is not None, reason=_reason or "")]
 
 
 @pytest.fixture(scope="module")

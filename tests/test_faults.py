@@ -25,6 +25,8 @@ from dqnlab.services.processes import mlflow_server_command, spawn, stop_group, 
 from dqnlab.services.state import free_port
 from dqnlab.train import main as train_main
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -6,9 +6,13 @@ which half. So the claim is made over 8 seeds, as the harness makes every claim:
 returns are far above a random policy's (~22), and some seeds reach 475. Serial mode makes the run
 exactly reproducible for its seeds (the parallel schedule is not)."""
 
+import pytest
+
 from dqnlab.config import Config
 from dqnlab.engine import train
 from dqnlab.statistics import iqm
+
+pytestmark = pytest.mark.slow
 
 BUDGET_STEPS = 50_000
 SEEDS = 8

@@ -15,6 +15,8 @@ from procs import pids_with
 
 from dqnlab import metrics as M
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 UTD = [sys.executable, str(ROOT / "sweeps" / "utd.py")]
 TINY = ["--preset", "smoke", "--quiet"]
@@ -50,7 +52,7 @@ def mlflow_runs(results: Path):
 def test_smoke_sweep_records_every_trial_and_a_rerun_adds_nothing(tmp_path):
     res = run_utd(tmp_path)
     assert res.returncode == 0, res.stderr
-    assert "2/2 grid points complete" in res.stdout and "mlflow ui --backend-store-uri" in res.stdout
+    assert "2/2 grid points complete" in res.stdout and "python -m dqnlab.ui --results" in res.stdout
     points = completed_points(tmp_path)
     assert len(points) == 2 and len(set(points)) == 2
     client, runs = mlflow_runs(tmp_path)

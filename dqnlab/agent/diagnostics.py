@@ -1,4 +1,4 @@
-"""Pure diagnostics maths (DESIGN.md terms): srank, dormant units, divergence, Q statistics,
+"""Pure diagnostics maths (design terms): srank, dormant units, divergence, Q statistics,
 overestimation. No process or I/O code here.
 
 Device contract: every function accepts tensors on any device (the learner's may be on a GPU) or

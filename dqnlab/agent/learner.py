@@ -5,7 +5,7 @@ DQN update (Huber loss, Adam, gradient-norm clipping, optional double DQN), boot
 after every update; plasticity resets every ``reset_every`` updates. All periods are counted in
 gradient updates. Process-agnostic: :mod:`dqnlab.engine.loop` feeds it batches.
 
-Replicas (DESIGN.md): the K networks are one :class:`~dqnlab.agent.networks.StackedQ` (one ``(K, P)``
+Replicas (docs/design.md): the K networks are one :class:`~dqnlab.agent.networks.StackedQ` (one ``(K, P)``
 parameter matrix), so one update of all K is one batched forward and backward and one
 :class:`~dqnlab.agent.adam.StackedAdam` step (Adam is elementwise: one Adam over the stacked matrix is
 K Adams). Per replica: its own loss (the total is the sum of per-replica means, so no gradient is

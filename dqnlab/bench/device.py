@@ -4,7 +4,8 @@
 
 For every width (two hidden layers of that width), batch size and replica count: dqnlab's
 :class:`~dqnlab.agent.learner.Learner` doing its real update (double DQN, Huber, per-replica
-clipping, fused Adam, hard target copy every 500 updates), fed each update a fresh batch from host
+clipping, Adam over the stacked parameter matrix (agent/adam.py), hard target copy every 500
+updates), fed each update a fresh batch from host
 memory as the engine does. Rows:
 - ``cpu eager``: one torch thread, as the engine's learner runs by default;
 - ``cuda eager``: the same update on the GPU (host -> device copy of each batch included);

@@ -1,4 +1,4 @@
-"""Studies (sweeps): a grid of configurations run by Optuna, one MLflow child run per trial.
+"""Studies (sweeps): a grid of configurations run by Optuna, one MLflow child run per seed (per replica).
 
 ``spec`` (what a study runs), ``storage`` (where it lives, its locks), ``queue`` (the grid in
 Optuna), ``claims`` (at most one live trial per grid point), ``runner`` (popping and running trials,

@@ -14,6 +14,7 @@ from dqnlab.signals import sigterm_as_interrupt
 from dqnlab.study.runner import run_sweep
 from dqnlab.study.spec import VARIANT, SweepError, SweepSpec, estimate_trial_s, point_key, validate_spec
 from dqnlab.study.storage import SweepFailed, SweepLocations, locations, without_password
+from dqnlab.tracking.ui import study_url
 
 
 def format_summary(summary: dict[str, Any], loc: SweepLocations, spec: SweepSpec) -> str:
@@ -26,10 +27,12 @@ def format_summary(summary: dict[str, Any], loc: SweepLocations, spec: SweepSpec
         for c in summary["cells"]:
             lines.append(f"  IQM {c['iqm']:9.2f}  n {c['n_finite']}/{c['n']}  {c['cell']}")
     lines.append(f"results: {loc.results}")
+    experiment_id = summary.get("experiment_id")
     if loc.tracking_uri.startswith("http"):
-        lines.append(f"browse runs:   {loc.tracking_uri}")
+        lines.append(f"browse runs:   {study_url(loc.tracking_uri, experiment_id, spec.study_name)}")
     else:
-        lines.append(f"browse runs:   mlflow ui --backend-store-uri {loc.tracking_uri} --port 5000   (http://127.0.0.1:5000)")
+        lines.append(f"browse runs:   python -m dqnlab.ui --results {loc.results}   then open")
+        lines.append(f"               {study_url('http://127.0.0.1:5000', experiment_id, spec.study_name)}")
     lines.append(f"browse study:  optuna-dashboard '{without_password(loc.storage)}'   (pip install -e '.[cluster]')")
     return "\n".join(lines)
 

@@ -31,14 +31,14 @@ import math
 import multiprocessing as mp
 import os
 import socket
-import sys
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dqnlab.objective import MISSING_SCORE, objective_value, optuna_value, replica_values
 from dqnlab.signals import sigterm_as_interrupt
+from dqnlab.study.progress import ProgressEvent, SweepDisplay
 from dqnlab.study.queue import grid_sampler, mark_killed_runs, open_study, top_up_queue
 from dqnlab.study.spec import (
     SweepError,
@@ -72,6 +72,36 @@ class WorkerArgs:
     quiet: bool
     total_points: int = 0
     started: float = field(default_factory=time.monotonic)
+    job: int = 0
+    """This trial process's index among ``--jobs N`` (its line in the display)."""
+    events: Any = None
+    """Where progress events go: a multiprocessing queue the parent's display reads (``--jobs N``), or
+    None (one job: the display in this process, see :func:`run_sweep`)."""
+
+
+class _TrialProgress:
+    """Engine callback forwarding a trial's progress to the sweep display, at most once a second."""
+
+    def __init__(self, report, job: int, trial: int):
+        self.report, self.job, self.trial = report, job, trial
+        self._evals: dict[int, float] = {}
+        self._last = 0.0
+
+    def on_log(self, replica: int, metrics: dict[str, float]) -> None:
+        from dqnlab.metrics import EVAL_RETURN_MEAN
+
+        if EVAL_RETURN_MEAN in metrics:
+            self._evals[replica] = metrics[EVAL_RETURN_MEAN]
+
+    def on_progress(self, env_steps: int, updates: int, total_env_steps: int, elapsed_s: float) -> None:
+        now = time.monotonic()
+        if now - self._last < 1.0:
+            return
+        self._last = now
+        evals = list(self._evals.values())
+        self.report(ProgressEvent("progress", self.job, self.trial, frac=env_steps / max(total_env_steps, 1),
+                                  env_steps_per_s=env_steps / max(elapsed_s, 1e-9),
+                                  eval_return=sum(evals) / len(evals) if evals else math.nan))  # fmt: skip
 
 
 class TrialFailed(RuntimeError):
@@ -79,11 +109,14 @@ class TrialFailed(RuntimeError):
     trial is FAIL with the reason and the sweep goes on (the next invocation reruns the point)."""
 
 
-def worker_loop(args: WorkerArgs) -> None:
+def worker_loop(args: WorkerArgs, report=None) -> None:
     """Pop and run grid points until none is waiting. Safe to run in many processes at once.
 
     Each trial claims its point atomically (:mod:`dqnlab.study.claims`) and runs in its own thread-free
-    process (:mod:`dqnlab.engine.fresh_process`); this process keeps the Optuna trial and its heartbeat."""
+    process (:mod:`dqnlab.engine.fresh_process`); this process keeps the Optuna trial and its heartbeat.
+    ``report(event)`` receives the progress events (default: ``args.events.put``, or nothing when quiet)."""
+    if report is None:
+        report = args.events.put if args.events is not None and not args.quiet else (lambda event: None)
     import gymnasium as gym
     import optuna
     from optuna.trial import TrialState
@@ -127,12 +160,21 @@ def worker_loop(args: WorkerArgs) -> None:
             raise
         trial.set_user_attr("mlflow_run_ids", run_ids)
         tracker = ReplicaRuns([MlflowRunTracker(client, run_id, params_logged=True) for run_id in run_ids])
+        label = ", ".join(f"{a}={encode(v)}" for a, v in point.items())
+        report(ProgressEvent("start", args.job, trial.number, label=label, cost_s=estimate_trial_s(config)))
+        progress = _TrialProgress(report, args.job, trial.number)
+        status = "failed"
         try:
-            outcome = run_trial(TrialRequest(config, args.quiet, gym.spec(config.env.env_id)), [tracker])
+            # quiet: the trial process prints nothing; the sweep's display shows its progress
+            outcome = run_trial(TrialRequest(config, True, gym.spec(config.env.env_id)), [tracker, progress])
+            status = outcome.result.status if outcome.kind == "result" else outcome.kind
         except KeyboardInterrupt:
+            status = "interrupted"
             trial.set_user_attr("status", "interrupted")
             tracker.close_unended("interrupted")
             raise
+        finally:
+            report(ProgressEvent("end", args.job, trial.number, status=status))
         if outcome.kind == "interrupted":
             trial.set_user_attr("status", "interrupted")
             tracker.close_unended("interrupted")
@@ -164,8 +206,6 @@ def worker_loop(args: WorkerArgs) -> None:
         try:
             while study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
                 study.optimize(objective, n_trials=1, catch=(TrialFailed,), gc_after_trial=False)
-                if not args.quiet:
-                    _print_overall(study, args)
         except Exception as exc:
             cause = storage_failure(exc)
             if cause is None:
@@ -181,22 +221,6 @@ def worker_loop(args: WorkerArgs) -> None:
 def _record_failure(trial, error: str) -> None:
     trial.set_user_attr("status", "failed")
     trial.set_user_attr("error", error[:2000])
-
-
-def _print_overall(study, args: WorkerArgs) -> None:
-    from optuna.trial import TrialState
-
-    done_keys = {t.user_attrs.get("grid_point") for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
-    done, total = len(done_keys), args.total_points
-    elapsed = time.monotonic() - args.started
-    # ETA weighs the remaining points by their estimated cost (a utd-4 trial costs ~4x a utd-1 one)
-    cost = {point_key(p): estimate_trial_s(args.spec.config_for(p)) for p in args.spec.points()}
-    spent = sum(c for k, c in cost.items() if k in done_keys)
-    left = sum(c for k, c in cost.items() if k not in done_keys)
-    eta = elapsed / spent * left if spent else float("nan")
-    width = 30
-    bar = "#" * (width * done // max(total, 1))
-    print(f"[{bar:<{width}}] trials {done}/{total} elapsed {elapsed:5.0f}s eta {eta:5.0f}s", file=sys.stderr)
 
 
 def run_sweep(
@@ -216,6 +240,7 @@ def run_sweep(
     import optuna
 
     from dqnlab.tracking.mlflow_runs import MlflowClient, get_or_create_experiment, get_or_create_parent, git_commit
+    from dqnlab.tracking.ui import save_study_view
 
     # Set-up is serialised between sweep processes (see setup_lock): two of them creating the schemas
     # of a fresh SQLite file, or the study's grid queue, at the same time would clash or enqueue twice.
@@ -237,17 +262,24 @@ def run_sweep(
         parent = get_or_create_parent(client, experiment_id, spec.study_name, {"git_commit": git_commit()})
         grid_tag = json.dumps({a: [encode(v) for v in vs] for a, vs in spec.grid.items()})[:5000]
         client.set_tag(parent, "grid", grid_tag)
+        save_study_view(client, experiment_id, spec.study_name, spec.swept_fields())
     args = WorkerArgs(spec, loc, experiment_id, parent, heartbeat_s, grace_s, quiet, len(spec.points()))
+    display = None if quiet else _display(study, spec)
     if jobs == 1:
-        worker_loop(args)
+        worker_loop(args, report=display.handle if display else None)
     else:
         ctx = mp.get_context("spawn")  # a fresh interpreter each: no forked MLflow/SQLAlchemy state
-        procs = [ctx.Process(target=worker_loop, args=(args,), name=f"dqnlab-sweep-{j}") for j in range(jobs)]
+        events = ctx.Queue() if display else None
+        procs = [ctx.Process(target=worker_loop, args=(replace(args, job=j, events=events),), name=f"dqnlab-sweep-{j}")
+                 for j in range(jobs)]  # fmt: skip
         for p in procs:
             p.start()
         try:
-            for p in procs:
-                p.join()
+            while any(p.is_alive() for p in procs):
+                _drain(events, display, timeout_s=0.5)
+                for p in procs:
+                    p.join(0 if events else None)
+            _drain(events, display, timeout_s=0.0)
         finally:
             for p in procs:
                 if p.is_alive():
@@ -256,7 +288,10 @@ def run_sweep(
         bad = [p.exitcode for p in procs if p.exitcode != 0]
         if bad:
             raise SweepFailed(f"sweep worker process(es) exited with {bad}; their errors are printed above")
+    if display is not None:
+        display.close()
     summary = summarise(study, spec)
+    summary["experiment_id"] = experiment_id
     try:
         close_study_run(client, parent, study, summary)
     except Exception as exc:
@@ -264,6 +299,30 @@ def run_sweep(
 
         raise TrackingError(f"MLflow tracking store failed closing the study's parent run ({exc})") from exc
     return summary
+
+
+def _display(study, spec: SweepSpec) -> SweepDisplay:
+    """The sweep's live display, knowing which grid points are complete already and what the rest cost."""
+    from optuna.trial import TrialState
+
+    done = {t.user_attrs.get("grid_point") for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
+    left = sum(estimate_trial_s(spec.config_for(p)) for p in spec.points() if point_key(p) not in done)
+    return SweepDisplay(spec.study_name, len(spec.points()), len(done & {point_key(p) for p in spec.points()}), left)
+
+
+def _drain(events, display: SweepDisplay | None, timeout_s: float) -> None:
+    """Hand the display every event waiting in ``events`` (the first one waited for up to ``timeout_s``)."""
+    if events is None or display is None:
+        return
+    import queue
+
+    try:
+        event = events.get(timeout=timeout_s) if timeout_s else events.get_nowait()
+        while True:
+            display.handle(event)
+            event = events.get_nowait()
+    except queue.Empty:
+        pass
 
 
 def close_study_run(client, parent_run_id: str, study, summary: dict[str, Any]) -> None:

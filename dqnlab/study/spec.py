@@ -41,6 +41,14 @@ class SweepSpec:
         axes = list(self.grid)
         return [dict(zip(axes, combo)) for combo in itertools.product(*(self.grid[a] for a in axes))]
 
+    def swept_fields(self) -> list[str]:
+        """The config fields the grid varies (a variant axis stands for the fields its bundles set)."""
+        fields: list[str] = []
+        for axis in self.grid:
+            names = sorted({k for b in self.variants.values() for k in b}) if axis == VARIANT else [axis]
+            fields += [n for n in names if n not in fields and n != "seed"]
+        return fields
+
     def config_for(self, point: dict[str, Any]) -> Config:
         fields = {k: v for k, v in point.items() if k != VARIANT}
         bundle = self.variants.get(point.get(VARIANT), {})

@@ -1,4 +1,5 @@
-"""MLflow tracking: one parent run per study, one child run per trial (our own small tracker).
+"""MLflow tracking: one parent run per study, one child run per seed (a trial of K replicas makes K; our own
+small tracker).
 
 :class:`MlflowRunTracker` is an engine callback: it buffers every log point and sends them with
 ``log_batch`` (per-call logging is ~100x slower), logs every config field as a param, tags the run
