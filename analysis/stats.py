@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from dqnlab.metrics import EVAL_RETURN_MEAN, HARD_DIVERGENCE, SOFT_DIVERGENCE, SRANK
+from dqnlab.metrics import EVAL_RETURN_MEAN, HARD_DIVERGENCE, SOFT_DIVERGENCE, SRANK, SRANK_CURRENT
 from dqnlab.objective import final_eval_return
 from dqnlab.statistics import (
     bootstrap_ci,
@@ -36,8 +36,13 @@ def collapse_label(history: Sequence[dict[str, float]], status: str | None = Non
     - ``performance_collapse``: the final eval return fell from the run's best (reached before the
       end) by more than half of the run's own return range (best minus worst eval return). Defined on
       the run's own scale, so it works for negative rewards (Acrobot, MountainCar) as for positive;
-    - ``rank_collapse``: final srank below half of the first one logged;
-    - else ``healthy``."""
+    - ``rank_collapse``: final srank below half of the first one logged (on current replay data where the
+      run measured it, else on the fixed probe);
+    - else ``healthy``.
+
+    Soft divergence is read as the run recorded it: runs since the current-data diagnostics check it at
+    every evaluation against ``q_limit`` (a schedule in env steps); older runs checked max |Q| on the
+    probe against ``R_max / (1 - gamma)`` at every log point."""
     if status == "diverged" or any(
         m.get(SOFT_DIVERGENCE, 0.0) >= 1.0 or m.get(HARD_DIVERGENCE, 0.0) >= 1.0 for m in history
     ):
@@ -48,7 +53,8 @@ def collapse_label(history: Sequence[dict[str, float]], status: str | None = Non
         spread = best - worst
         if spread > 0 and best - evals[-1] > 0.5 * spread:
             return "performance_collapse"
-    sranks = [m[SRANK] for m in history if SRANK in m and not math.isnan(m[SRANK])]
+    name = SRANK_CURRENT if any(SRANK_CURRENT in m for m in history) else SRANK
+    sranks = [m[name] for m in history if name in m and not math.isnan(m[name])]
     if len(sranks) >= 2 and sranks[-1] < 0.5 * sranks[0]:
         return "rank_collapse"
     return "healthy"

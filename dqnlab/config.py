@@ -27,6 +27,8 @@ LimiterMode = Literal["strict", "free"]
 RunMode = Literal["parallel", "serial"]
 Writers = Literal["single", "hogwild", "local_copies"]
 Device = Literal["cpu", "cuda"]
+ScheduleUnit = Literal["updates", "env_steps"]
+Loss = Literal["huber", "mse"]
 
 
 class ConfigError(ValueError):
@@ -42,7 +44,11 @@ class EnvConfig:
     envs_per_worker: int = 1
     """Environment instances stepped together by one actor (>= 1); each makes one env step."""
     reward_bound: float | None = None
-    """R_max for soft divergence (max |Q| > R_max / (1 - gamma)); None: max |r| seen in replay."""
+    """R_max, the largest |reward| the env pays (divergence checks); None: the largest |r| seen in replay."""
+    divergence_margin: float = 0.5
+    """Soft divergence: max |Q| above (1 + margin) * R_max / (1 - gamma), the most the env can pay plus a
+    margin (>= 0), so that an agent whose Q sits on the bound (CartPole's optimum is exactly 100) is not
+    labelled diverged."""
     worker_step_delay_s: tuple[float, ...] = ()
     """Seconds worker i sleeps after each of its steps (entry i; missing: 0): a worker slower than its
     peers, for studies of heterogeneous workers."""
@@ -63,6 +69,8 @@ class EnvConfig:
             _require(len(values) <= self.num_workers, name, f"at most num_workers ({self.num_workers}) entries", values)
             _require(all(math.isfinite(v) and 0 <= v <= 1e6 for v in values), name,
                      "finite values in [0, 1e6], one per worker", values)  # fmt: skip
+        _require(math.isfinite(self.divergence_margin) and self.divergence_margin >= 0, "divergence_margin",
+                 "a finite float >= 0", self.divergence_margin)  # fmt: skip
         if self.reward_bound is not None:
             _require(
                 math.isfinite(self.reward_bound) and self.reward_bound > 0,
@@ -103,20 +111,33 @@ class AgentConfig:
     """Discount in [0, 1)."""
     lr: float = 1e-3
     """Adam learning rate (> 0)."""
+    loss: Loss = "huber"
+    """TD regression loss: 'huber' (smooth L1 with beta 1: SB3, Dopamine) or 'mse' (mean squared error:
+    CleanRL). Either is averaged over the batch."""
     max_grad_norm: float = 10.0
-    """Global gradient-norm clip (> 0)."""
+    """Global gradient-norm clip (> 0; 1e30: no clipping)."""
     double_dqn: bool = True
     """Online net picks the next action, target net evaluates it (van Hasselt et al. 2016)."""
     target_update: TargetUpdate = "hard"
-    """'hard': copy every target_period updates; 'polyak': theta' <- tau*theta + (1-tau)*theta'."""
+    """'hard': copy every target_period; 'polyak': theta' <- tau*theta + (1-tau)*theta' per target_unit."""
     target_period: int = 500
-    """Gradient updates between hard target copies (>= 1)."""
+    """Hard target copies every target_period target_units (>= 1)."""
+    target_unit: ScheduleUnit = "updates"
+    """What target_period counts and what tau is applied per: 'updates' (gradient updates: the copy rate
+    per env step then grows with utd) or 'env_steps' (env steps over all actors, as CleanRL and SB3: the
+    same copies per env step at every utd)."""
     tau: float = 0.005
-    """Polyak coefficient in (0, 1], applied after every update when target_update='polyak'."""
+    """Polyak coefficient in (0, 1], applied per target_unit (per update, or per env step) when
+    target_update='polyak'."""
     reset: ResetMode = "none"
     """Plasticity reset: 'head' (last layer), 'full', or 'shrink_perturb'."""
     reset_every: int = 20_000
-    """Gradient updates between resets (>= 1)."""
+    """Resets every reset_every reset_units (>= 1)."""
+    reset_unit: ScheduleUnit = "updates"
+    """What reset_every counts: 'updates' or 'env_steps' (as SR-SPR and BBF)."""
+    no_resets_after_steps: int = 0
+    """No reset once the run has made more than this many env steps (BBF's no_resets_after), so that the
+    final evaluations never land just after one; 0: no such guard."""
     shrink_alpha: float = 0.8
     """shrink_perturb: theta <- alpha*theta + (1-alpha)*theta_fresh, alpha in [0, 1]."""
     epsilon_schedule: EpsilonSchedule = "linear"
@@ -145,6 +166,8 @@ class AgentConfig:
         _require(self.target_period >= 1, "target_period", "an int >= 1", self.target_period)
         _require(0.0 < self.tau <= 1.0, "tau", "a float in (0, 1]", self.tau)
         _require(self.reset_every >= 1, "reset_every", "an int >= 1", self.reset_every)
+        _require(self.no_resets_after_steps >= 0, "no_resets_after_steps", "an int >= 0 (0: no guard)",
+                 self.no_resets_after_steps)  # fmt: skip
         _require(0.0 <= self.shrink_alpha <= 1.0, "shrink_alpha", "a float in [0, 1]", self.shrink_alpha)
         for name in ("epsilon_start", "epsilon_end", "epsilon_base"):
             _require(0.0 <= getattr(self, name) <= 1.0, name, "a float in [0, 1]", getattr(self, name))

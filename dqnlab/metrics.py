@@ -81,9 +81,9 @@ def worker_share(worker: int, kind: str) -> str:
 
 
 # --- learner and Q statistics ---------------------------------------------------------------------
-TD_LOSS = _m("td_loss", "squared return units", "mean Huber TD loss over the updates of this log window", "q",
-             "Q statistics")  # fmt: skip
-TD_LOSS_LAST = _m("td_loss_last", "squared return units", "Huber TD loss of the last update", "q", "Q statistics")
+TD_LOSS = _m("td_loss", "squared return units", "mean TD loss (the configured loss: Huber or MSE) over the updates "
+             "of this log window", "q", "Q statistics")  # fmt: skip
+TD_LOSS_LAST = _m("td_loss_last", "squared return units", "TD loss of the last update", "q", "Q statistics")
 Q_MEAN = _m("q_mean", "return", "mean Q(s,a) on the last sampled batch", "q", "Q statistics")
 Q_MAX = _m("q_max", "return", "max Q(s,a) on the last sampled batch", "q", "Q statistics")
 Q_MIN = _m("q_min", "return", "min Q(s,a) on the last sampled batch", "q", "Q statistics")
@@ -106,19 +106,38 @@ RACED_WRITE_FRAC = _m("raced_write_frac", "fraction", "parameter writes that ove
                       "0 for the single learner)", "learner", "writers")  # fmt: skip
 
 # --- collapse signs -------------------------------------------------------------------------------
-Q_PROBE_ABS_MAX = _m("q_probe_abs_max", "return", "max |Q| on the fixed probe batch", "collapse", "soft divergence")
-Q_BOUND = _m("q_bound", "return", "R_max / (1 - gamma)", "collapse", "soft divergence")
-SOFT_DIVERGENCE = _m("soft_divergence", "0/1", "1 when q_probe_abs_max > q_bound (or not finite)", "collapse",
+# Two batches of states: the fixed probe (drawn once, when learning starts, from the data of the first
+# policies) and a batch drawn afresh from the current replay at each log point (the data the agent
+# sees now: where Kumar et al. 2021 and Sokar et al. 2023 measure srank and dormant units).
+Q_PROBE_ABS_MAX = _m("q_probe_abs_max", "return", "max |Q| over every action on the fixed probe batch", "stability",
                      "soft divergence")  # fmt: skip
-HARD_DIVERGENCE = _m("hard_divergence", "0/1", "1 when a parameter or a probe Q-value is NaN/inf", "collapse",
-                     "soft divergence")  # fmt: skip
-SRANK = _m("srank", "dimensions", "srank (delta 0.01) of the penultimate features on the probe batch", "collapse",
+Q_ABS_MAX_CURRENT = _m("q_abs_max_current", "return", "max |Q| over every action on a batch drawn from the current "
+                       "replay at this log point", "stability", "soft divergence")  # fmt: skip
+Q_BOUND = _m("q_bound", "return", "R_max / (1 - gamma): the largest |Q| the env's rewards allow (bootstrapping through "
+             "time limits)", "stability", "soft divergence")  # fmt: skip
+Q_LIMIT = _m("q_limit", "return", "(1 + divergence_margin) * q_bound: the soft-divergence threshold", "stability",
+             "soft divergence")  # fmt: skip
+Q_ABOVE_BOUND = _m("q_above_bound", "0/1", "1 when max |Q| on the probe or current batch exceeds q_bound at this log "
+                   "point (the textbook test; it fires for an agent whose Q sits on the bound, and more often the more "
+                   "log points a run has)", "stability", "soft divergence")  # fmt: skip
+SOFT_DIVERGENCE = _m("soft_divergence", "0/1", "1 when max |Q| on the probe or current batch exceeds q_limit (or is not "
+                     "finite); checked at every evaluation and at the end, a schedule in env steps, so every UTD gets "
+                     "the same number of checks", "stability", "soft divergence")  # fmt: skip
+HARD_DIVERGENCE = _m("hard_divergence", "0/1", "1 when a parameter or a probe Q-value is NaN/inf", "stability",
+                     "hard divergence")  # fmt: skip
+SRANK = _m("srank", "dimensions", "srank (delta 0.01) of the penultimate features on the fixed probe batch", "stability",
            "srank")  # fmt: skip
+SRANK_CURRENT = _m("srank_current", "dimensions", "srank (delta 0.01) of the penultimate features on a batch drawn from "
+                   "the current replay at this log point (Kumar et al.'s definition)", "stability", "srank")  # fmt: skip
 DORMANT_TAUS = (0.0, 0.1)
-DORMANT = {tau: _m(f"dormant_frac_tau{tau:g}", "fraction", f"fraction of tau-dormant hidden units, tau {tau:g}, all layers",
-                   "collapse", "dormant fraction") for tau in DORMANT_TAUS}  # fmt: skip
-DORMANT_FRAC = _m("dormant_frac", "fraction", "dormant_frac_tau0.1 (the headline dormant fraction)", "collapse",
-                  "dormant fraction")  # fmt: skip
+DORMANT = {tau: _m(f"dormant_frac_tau{tau:g}", "fraction", f"fraction of tau-dormant hidden units, tau {tau:g}, all "
+                   "layers, on the fixed probe batch", "stability", "dormant fraction") for tau in DORMANT_TAUS}  # fmt: skip
+DORMANT_FRAC = _m("dormant_frac", "fraction", "dormant_frac_tau0.1 (the headline dormant fraction, probe batch)",
+                  "stability", "dormant fraction")  # fmt: skip
+DORMANT_CURRENT = {tau: _m(f"dormant_frac_tau{tau:g}_current", "fraction", f"fraction of tau-dormant hidden units, tau "
+                           f"{tau:g}, all layers, on a batch drawn from the current replay at this log point "
+                           "(Sokar et al.'s definition)", "stability", "dormant fraction")
+                   for tau in DORMANT_TAUS}  # fmt: skip
 _DORMANT_LAYER = re.compile(r"^dormant_frac_tau[0-9.]+_l(\d+)$")
 
 
@@ -142,6 +161,9 @@ TRAIN_RETURN_MEAN = _m("train_return_mean", "return", "mean return of the actors
 TRAIN_LENGTH_MEAN = _m("train_length_mean", "env steps", "mean length of the actors' episodes finished in this window",
                        "eval")  # fmt: skip
 TRAIN_EPISODES = _m("train_episodes", "count", "actor episodes finished in this window", "eval")
+TRAIN_RETURN_LAST = {n: _m(f"train_return_last{n}", "return", f"mean return of the replica's last {n} finished actor "
+                           "(epsilon-greedy) episodes: the training-episode return publications report", "eval")
+                     for n in (10, 100)}  # fmt: skip
 TRAIN_EPISODES_UNREAD = _m("train_episodes_unread", "count", "actor episodes finished so far whose return and length "
                            "were overwritten in the episode log before a log point read them (counted in the "
                            "episodes share; left out of train_return_mean)", "eval")  # fmt: skip
@@ -161,7 +183,7 @@ def describe(name: str) -> Metric:
         return Metric(name, "fraction", f"worker {m[1]}'s share of {m[2]} transitions", "workers", "worker share")
     if m := _DORMANT_LAYER.match(name):
         base = METRICS[name.rsplit("_l", 1)[0]]
-        return Metric(name, "fraction", f"{base.meaning}: hidden layer {m[1]} alone", "collapse", "dormant fraction")
+        return Metric(name, "fraction", f"{base.meaning}: hidden layer {m[1]} alone", "stability", "dormant fraction")
     raise KeyError(f"{name!r} is not in the metric vocabulary (dqnlab.metrics); known: {sorted(METRICS)}")
 
 
@@ -178,7 +200,7 @@ def markdown_table() -> str:
     rows.append("| `worker{w}_produced_share`, `_resident_share`, `_sampled_share`, `_episodes_share` | workers | "
                 "fraction | worker w's share of env steps produced, of transitions resident, of batch elements sampled, "
                 "of episodes finished over the run | worker share |")
-    rows.append("| `dormant_frac_tau{tau}_l{i}` | collapse | fraction | the tau-dormant fraction of hidden layer i "
+    rows.append("| `dormant_frac_tau{tau}_l{i}` | stability | fraction | the tau-dormant fraction of hidden layer i "
                 "alone | dormant fraction |")
     return "\n".join(rows)
 

@@ -6,7 +6,6 @@ import torch
 
 from dqnlab.agent.diagnostics import (
     discounted_returns,
-    divergence_flags,
     dormant_fractions,
     overestimation,
     q_bound,
@@ -47,13 +46,44 @@ def test_all_dead_layer_is_fully_dormant():
     assert out["dormant_frac_tau0"] == 1.0
 
 
-def test_divergence_flags():
-    bound = q_bound(1.0, 0.99)
-    assert bound == pytest.approx(100.0)
-    assert divergence_flags(99.0, bound) == (False, False)
-    assert divergence_flags(101.0, bound) == (True, False)
-    assert divergence_flags(math.nan, bound) == (True, True)
-    assert divergence_flags(math.inf, bound) == (True, True)
+def _constant_q(value: float, replicas: int = 1, num_actions: int = 2):
+    """A learner whose networks output ``value`` for every action of every state (head weights 0)."""
+    from dqnlab.agent.learner import Learner
+    from dqnlab.config import Config
+
+    learner = Learner(Config.from_flat(batch_size=32, learning_starts=32, probe_size=32, replicas=replicas), 4,
+                      num_actions)  # fmt: skip
+    with torch.no_grad():
+        learner.net.named()["head.weight"].zero_()
+        learner.net.named()["head.bias"].fill_(value)
+    return learner
+
+
+def test_a_cartpole_agent_whose_q_sits_on_the_bound_is_not_soft_diverged():
+    # CartPole pays r = 1 a step and bootstraps through its time limit: the optimal Q is exactly
+    # 1 / (1 - 0.99) = 100, so a good agent's Q sits on the textbook bound, a little above it at times
+    from dqnlab.agent.collapse import collapse_signs, divergence_check
+    from dqnlab.metrics import Q_ABOVE_BOUND, Q_BOUND, Q_LIMIT, SOFT_DIVERGENCE
+
+    assert q_bound(1.0, 0.99) == pytest.approx(100.0)
+    learner = _constant_q(101.0)
+    states = torch.randn(1, 32, 4)
+    signs = collapse_signs(learner, states, states, [1.0], 0.99, margin=0.5)[0].metrics
+    assert signs[Q_ABOVE_BOUND] == 1.0  # the textbook test labels it
+    assert signs[Q_BOUND] == pytest.approx(100.0) and signs[Q_LIMIT] == pytest.approx(150.0)
+    check = divergence_check(learner, states, states, [1.0], 0.99, margin=0.5)[0]
+    assert check[SOFT_DIVERGENCE] == 0.0  # what the env can pay plus the margin: not diverged
+    assert divergence_check(_constant_q(1e4), states, states, [1.0], 0.99, 0.5)[0][SOFT_DIVERGENCE] == 1.0
+
+
+def test_soft_divergence_works_for_negative_rewards_and_non_finite_q():
+    # Acrobot pays -1 a step: Q lives in [-100, 0]; a Q of -180 is beyond anything the env can pay
+    from dqnlab.agent.collapse import q_limit, soft_divergence
+
+    limit = q_limit(1.0, 0.99, 0.5)
+    assert not soft_divergence(abs(-99.0), limit)
+    assert soft_divergence(abs(-180.0), limit)
+    assert soft_divergence(math.nan, limit) and soft_divergence(math.inf, limit)
 
 
 def test_discounted_returns_and_overestimation_by_hand():
@@ -195,12 +225,13 @@ def test_the_learners_collapse_signs_work_on_device_tensors(device_semantics):
     from dqnlab.agent.collapse import collapse_signs
     from dqnlab.agent.learner import Learner
     from dqnlab.config import Config
-    from dqnlab.metrics import DORMANT_FRAC, HARD_DIVERGENCE, SRANK
+    from dqnlab.metrics import DORMANT_CURRENT, DORMANT_FRAC, HARD_DIVERGENCE, SRANK, SRANK_CURRENT
 
     config = Config.from_flat(batch_size=32, learning_starts=32, probe_size=32, replicas=2)
     learner = Learner(config, obs_dim=4, num_actions=2)
     probe = torch.randn(2, 32, 4)
-    host = collapse_signs(learner, probe, [1.0, 1.0], gamma=0.99)
+    current = torch.randn(2, 32, 4)
+    host = collapse_signs(learner, probe, current, [1.0, 1.0], gamma=0.99, margin=0.5)
     on_host = learner.probe
 
     def probe_on_device(obs):
@@ -208,7 +239,8 @@ def test_the_learners_collapse_signs_work_on_device_tensors(device_semantics):
         return off_host(q.numpy()), [off_host(a.numpy()) for a in acts]
 
     learner.probe = probe_on_device
-    device = collapse_signs(learner, probe, [1.0, 1.0], gamma=0.99)
+    device = collapse_signs(learner, probe, current, [1.0, 1.0], gamma=0.99, margin=0.5)
     for k in range(2):
         assert device[k].metrics == pytest.approx(host[k].metrics)
-        assert device[k].metrics[HARD_DIVERGENCE] == 0.0 and {SRANK, DORMANT_FRAC} <= set(device[k].metrics)
+        assert device[k].metrics[HARD_DIVERGENCE] == 0.0
+        assert {SRANK, DORMANT_FRAC, SRANK_CURRENT, DORMANT_CURRENT[0.1]} <= set(device[k].metrics)

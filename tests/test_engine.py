@@ -379,3 +379,60 @@ def test_the_learner_flushes_denormals_while_it_runs_and_restores_the_process_af
     train(small(mode="serial", total_env_steps=600, learner_threads=1), callbacks=[Watch()])
     assert Watch.seen and all(flushed and n == 1 for flushed, n in Watch.seen)  # flushed: arithmetic reads it as 0
     assert (denormal * 1.0 != 0).all() and torch.get_num_threads() == threads  # the caller's process as it was
+
+
+@pytest.mark.parametrize("mode, workers", [("serial", 1), ("serial", 2), ("parallel", 2)])
+@pytest.mark.parametrize("utd", [0.25, 1.0, 4.0])
+def test_target_copies_and_resets_follow_their_unit_at_every_utd(leak_guard, mode, workers, utd):
+    from dqnlab.metrics import RESETS, TARGET_UPDATES
+
+    total, starts = 2000, 500
+    common = dict(mode=mode, num_workers=workers, utd=utd, total_env_steps=total, learning_starts=starts,
+                  log_every=10_000, reset="head", reset_every=400, target_period=100)  # fmt: skip
+    in_updates = train(small(**common, target_unit="updates", reset_unit="updates")).final
+    owed = math.floor(utd * (total - starts))
+    assert in_updates[UPDATES] == owed
+    assert in_updates[TARGET_UPDATES] == owed // 100  # 3, 15 or 60 copies: utd times more per env step
+    assert in_updates[RESETS] == owed // 400
+    in_steps = train(small(**common, target_unit="env_steps", reset_unit="env_steps",
+                           no_resets_after_steps=1500)).final  # fmt: skip
+    # a copy at the first update after each multiple of 100 env steps past learning starts: 15 at
+    # every UTD (14 when no update follows the last env step); resets at 800 and 1200 env steps only
+    assert in_steps[TARGET_UPDATES] in (14, 15)
+    assert in_steps[RESETS] == 2
+
+
+def test_current_data_diagnostics_read_the_replay_as_it_is_now_and_the_probe_as_it_was(leak_guard):
+    from dqnlab.engine.build import build, make_loop
+    from dqnlab.tracking.callbacks import CallbackList
+
+    config = small(buffer_capacity=400, learning_starts=200, probe_size=64, num_workers=1)
+    parts = build(config, 4, 2)
+    loop = make_loop(parts, CallbackList([]))
+
+    def fill(value: float, n: int) -> None:
+        obs = np.full((1, n, 4), value, np.float32)
+        flags = np.zeros((1, n), bool)
+        parts.replay.claim(n)
+        parts.replay.commit(0, obs, np.zeros((1, n), np.int64), np.ones((1, n), np.float32), obs, flags, flags,
+                            np.zeros((1, n), np.int64), 0, [], claim_next=0)  # fmt: skip
+
+    fill(0.0, 200)  # the first policies' data
+    loop.probe = torch.from_numpy(parts.replay.sample_obs(loop.rngs, 64))
+    fill(1.0, 400)  # the ring has turned over: only new data is resident
+    current = loop._current_batch()
+    assert current.shape == (1, 64, 4)
+    assert (loop.probe == 0).all() and (current == 1).all()
+    parts.pool.stop()
+
+
+def test_a_run_whose_q_blows_up_is_labelled_soft_diverged_at_its_evaluations(leak_guard):
+    from dqnlab.metrics import Q_LIMIT, SOFT_DIVERGENCE
+
+    # no target network to speak of (a copy every update), a large step and no clipping: Q runs away
+    config = small(mode="serial", utd=4.0, total_env_steps=3000, learning_starts=500, lr=0.05, target_period=1,
+                   max_grad_norm=1e30, gamma=0.999, eval_every_steps=500, eval_episodes=1, log_every=100)  # fmt: skip
+    result = train(config)
+    checks = [m for m in result.history if SOFT_DIVERGENCE in m]
+    assert checks and all(Q_LIMIT in m for m in checks)
+    assert any(m[SOFT_DIVERGENCE] == 1.0 for m in checks) or result.status == "diverged"

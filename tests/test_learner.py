@@ -71,7 +71,7 @@ def _reference_update(net: QNetwork, target: QNetwork, opt: torch.optim.Adam, ba
     with torch.no_grad():
         y = td_target(rewards, terminated, target(next_obs), a.gamma, net(next_obs) if a.double_dqn else None)
     q_sa = net(obs).gather(1, actions.unsqueeze(1)).squeeze(1)
-    loss = F.smooth_l1_loss(q_sa, y)
+    loss = F.mse_loss(q_sa, y) if a.loss == "mse" else F.smooth_l1_loss(q_sa, y)  # CleanRL's / SB3's
     opt.zero_grad()
     loss.backward()
     norm = torch.nn.utils.clip_grad_norm_(net.parameters(), a.max_grad_norm)
@@ -92,11 +92,13 @@ def _references(learner: Learner, lr: float):
     return refs
 
 
+@pytest.mark.parametrize("loss", ["huber", "mse"])
 @pytest.mark.parametrize("layer_norm", [False, True])
 @pytest.mark.parametrize("double_dqn", [False, True])
-def test_one_stacked_update_of_k_replicas_equals_k_single_network_updates(layer_norm, double_dqn):
+def test_one_stacked_update_of_k_replicas_equals_k_single_network_updates(layer_norm, double_dqn, loss):
     k_replicas, lr = 3, 1e-2
-    settings = dict(replicas=k_replicas, layer_norm=layer_norm, double_dqn=double_dqn, hidden_sizes=(16, 16), lr=lr)
+    settings = dict(replicas=k_replicas, layer_norm=layer_norm, double_dqn=double_dqn, hidden_sizes=(16, 16), lr=lr,
+                    loss=loss)  # fmt: skip
     batches = [_batch(np.random.default_rng(s), replicas=k_replicas) for s in range(3)]
     # the first batch's gradient norms, measured on copies: clip between the largest and the others,
     # so that clipping is active in one replica only
@@ -305,3 +307,18 @@ def test_stacked_adam_is_torch_adam_per_row_and_a_cleared_column_restarts_as_dro
     steps = torch.tensor([6, 6, 6, 6, 3, 3], dtype=torch.float64)
     torch.testing.assert_close(mine.beta1_power, 0.9**steps, rtol=1e-12, atol=0)
     torch.testing.assert_close(mine.beta2_power, 0.999**steps, rtol=1e-12, atol=0)
+
+
+def test_the_mse_and_huber_losses_differ_where_a_td_error_exceeds_1():
+    # |q - y| > 1 somewhere: Huber's gradient is clamped there, MSE's is not (the reason the loss decides
+    # divergence at CleanRL's settings)
+    batch = _batch(np.random.default_rng(4), reward_scale=10.0)
+    huber, mse = _learner(loss="huber"), _learner(loss="mse")
+    assert torch.equal(huber.net.flat, mse.net.flat)
+    out_h = huber.gradient_step(*huber.batch_tensors(batch))
+    out_m = mse.gradient_step(*mse.batch_tensors(batch))
+    diff = out_m.q_sa - out_m.target
+    assert (diff.abs() > 1).any()
+    torch.testing.assert_close(out_m.loss, diff.square().mean(dim=1))
+    torch.testing.assert_close(out_h.loss, F.smooth_l1_loss(out_h.q_sa, out_h.target, reduction="none").mean(dim=1))
+    assert not torch.equal(huber.net.flat, mse.net.flat)

@@ -78,13 +78,6 @@ def q_bound(reward_bound: float, gamma: float) -> float:
     return reward_bound / (1.0 - gamma)
 
 
-def divergence_flags(q_probe_abs_max: float, bound: float) -> tuple[bool, bool]:
-    """``(soft, hard)``: soft when max |Q| on the probe exceeds ``bound``; hard when it is NaN/inf."""
-    hard = not math.isfinite(q_probe_abs_max)
-    soft = hard or q_probe_abs_max > bound
-    return soft, hard
-
-
 def q_statistics(q_sa: torch.Tensor, q_all: torch.Tensor, target: torch.Tensor) -> dict[str, float]:
     """On one sampled batch: Q(s,a) mean/max/min and quantiles, max_a Q(s,.) mean/max/min, target mean."""
     q_sa = to_host(q_sa, torch.float32)

@@ -1,9 +1,10 @@
 """The learner: the only writer of the Q-network parameters, for the K replicas of a run at once.
 
-DQN update (Huber loss, Adam, gradient-norm clipping, optional double DQN), bootstrapping cut on
-``terminated`` only; target network by hard copy every ``target_period`` updates or Polyak ``tau``
-after every update; plasticity resets every ``reset_every`` updates. All periods are counted in
-gradient updates. Process-agnostic: :mod:`dqnlab.engine.loop` feeds it batches.
+DQN update (Huber or MSE loss, Adam, gradient-norm clipping, optional double DQN), bootstrapping cut
+on ``terminated`` only; target network by hard copy every ``target_period`` or Polyak ``tau``, and
+plasticity resets every ``reset_every``, each counted in gradient updates or in env steps
+(:mod:`dqnlab.agent.schedules`). Process-agnostic: :mod:`dqnlab.engine.loop` feeds it batches and
+the env steps made.
 
 Replicas (docs/design.md): the K networks are one :class:`~dqnlab.agent.networks.StackedQ` (one ``(K, P)``
 parameter matrix), so one update of all K is one batched forward and backward and one
@@ -30,6 +31,7 @@ from dqnlab.agent.adam import StackedAdam
 from dqnlab.agent.batch import Batch
 from dqnlab.agent.diagnostics import q_statistics
 from dqnlab.agent.networks import QNetwork, StackedQ
+from dqnlab.agent.schedules import Periodic, PolyakClock
 from dqnlab.config import Config
 from dqnlab.metrics import GRAD_NORM, TD_LOSS_LAST
 
@@ -64,7 +66,7 @@ class StepOutputs(NamedTuple):
     """What one gradient step computed, per replica (tensors on the learner's device)."""
 
     loss: torch.Tensor
-    """``(K,)`` mean Huber TD loss of the batch."""
+    """``(K,)`` mean TD loss (Huber or MSE) of the batch."""
     q_sa: torch.Tensor
     """``(K, B)`` Q of the taken actions."""
     q_all: torch.Tensor
@@ -93,6 +95,10 @@ class Learner:
         self.updates = 0
         self.target_updates = 0
         self.resets = 0
+        a, starts = config.agent, config.run.learning_starts
+        self._target_copies = Periodic(a.target_period, a.target_unit, starts)
+        self._polyak = PolyakClock(a.tau, a.target_unit, starts)
+        self._resets = Periodic(a.reset_every, a.reset_unit, starts, a.no_resets_after_steps)
         self._loss_sum = torch.zeros(self.replicas, device=self.device)
         self._loss_count = 0
         self.last_grad_norm = torch.zeros(self.replicas, device=self.device)
@@ -115,17 +121,23 @@ class Learner:
     def gradient_step(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, next_obs: torch.Tensor,
                       terminated: torch.Tensor) -> StepOutputs:  # fmt: skip
         """One gradient step of every active replica on its own batch (``(K, B, ...)`` tensors): TD
-        target, per-replica Huber loss and its gradient, per-replica clipping, Adam. Tensor ops only:
-        no host sync and no branch on the data (what a CUDA graph captures)."""
+        target, per-replica loss (Huber or MSE, the mean over the batch) and its gradient, per-replica
+        clipping, Adam. Tensor ops only: no host sync and no branch on the data (what a CUDA graph
+        captures)."""
         a = self.config.agent
         next_q_online = self.net(next_obs) if a.double_dqn else None
         target = td_target(rewards, terminated, self.target(next_obs), a.gamma, next_q_online)
         q_all, tape = self.net.forward_for_backward(obs)
         picked = actions.unsqueeze(-1)
         q_sa = q_all.gather(-1, picked).squeeze(-1)
-        loss = F.smooth_l1_loss(q_sa, target, reduction="none").mean(dim=1)
-        # d(mean Huber, beta 1)/dq_sa = clamp(q_sa - target, -1, 1) / B; only the taken action's Q moves
-        dq_sa = (q_sa - target).clamp_(-1.0, 1.0).div_(q_sa.shape[1])
+        diff = q_sa - target
+        if a.loss == "mse":  # mean (q - y)^2; d/dq_sa = 2 (q_sa - y) / B
+            loss = diff.square().mean(dim=1)
+            dq_sa = diff.mul(2.0 / q_sa.shape[1])
+        else:  # mean Huber (beta 1); d/dq_sa = clamp(q_sa - y, -1, 1) / B
+            loss = F.smooth_l1_loss(q_sa, target, reduction="none").mean(dim=1)
+            dq_sa = diff.clamp(-1.0, 1.0).div_(q_sa.shape[1])
+        # only the taken action's Q moves
         grads = self.net.backward(tape, torch.zeros_like(q_all).scatter_(-1, picked, dq_sa.unsqueeze(-1)))
         if not self._all_active:
             grads.masked_fill_(~self.active.unsqueeze(1), 0.0)
@@ -134,29 +146,36 @@ class Learner:
         self.last_grads = grads
         return StepOutputs(loss, q_sa, q_all, target, grad_norm)
 
-    def finish_update(self, out: StepOutputs) -> None:
+    def finish_update(self, out: StepOutputs, env_steps: int | None = None) -> None:
         """After a gradient step: count it, accumulate its loss, then the target update and the reset
-        on their schedules (in updates)."""
+        on their schedules; ``env_steps`` (made so far, over all actors) is needed by a schedule in env
+        steps."""
         a = self.config.agent
         self.updates += 1
         self._loss_sum += out.loss
         self._loss_count += 1
         self.last_grad_norm = out.grad_norm
+        if env_steps is None:
+            if "env_steps" in (a.target_unit, a.reset_unit) or a.no_resets_after_steps:
+                raise ValueError("finish_update: env_steps is needed by a schedule counted in env steps")
+            env_steps = 0
         if a.target_update == "polyak":
-            self.target.flat.lerp_(self.net.flat, a.tau)
-            self.target_updates += 1
-        elif self.updates % a.target_period == 0:
+            weight = self._polyak.weight(env_steps)
+            if weight > 0.0:
+                self.target.flat.lerp_(self.net.flat, weight)
+                self.target_updates += 1
+        elif self._target_copies.due(self.updates, env_steps):
             self.target.flat.copy_(self.net.flat)
             self.target_updates += 1
-        if a.reset != "none" and self.updates % a.reset_every == 0:
+        if a.reset != "none" and self._resets.due(self.updates, env_steps):
             self.reset(a.reset)
 
-    def update(self, batch: Batch, want_stats: bool = False) -> list[dict[str, float]] | None:
+    def update(self, batch: Batch, want_stats: bool = False, env_steps: int | None = None) -> list[dict[str, float]] | None:
         """One update of every active replica on its own batch (arrays ``(K, B, ...)``): the gradient
-        step, then target update and reset on their schedules. Returns each replica's Q statistics of
-        this batch when ``want_stats`` (cheap otherwise: no host sync)."""
+        step, then target update and reset on their schedules (``env_steps``: made so far). Returns each
+        replica's Q statistics of this batch when ``want_stats`` (cheap otherwise: no host sync)."""
         out = self.gradient_step(*self.batch_tensors(batch))
-        self.finish_update(out)
+        self.finish_update(out, env_steps)
         if not want_stats:
             return None
         losses = out.loss.cpu().tolist()

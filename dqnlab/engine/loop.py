@@ -12,7 +12,7 @@ import time
 import numpy as np
 import torch
 
-from dqnlab.agent.collapse import collapse_signs
+from dqnlab.agent.collapse import collapse_signs, divergence_check
 from dqnlab.engine.build import EngineParts
 from dqnlab.engine.eval_schedule import EvalSchedule
 from dqnlab.engine.replay import GO, STOP, wait_backoff
@@ -25,6 +25,7 @@ from dqnlab.tracking.callbacks import CallbackList
 
 HOUSEKEEPING_S = 0.1  # how often the learner checks workers and reports progress
 PROBE_STREAM = 1_000_003  # the learner's sampling generator of replica k: default_rng([seed + k, PROBE_STREAM])
+CURRENT_STREAM = 1_000_033  # replica k's draws of the current-data batch: default_rng([seed + k, CURRENT_STREAM])
 
 
 class LearnerLoop:
@@ -38,6 +39,8 @@ class LearnerLoop:
         self.evaluator = EvalSchedule(parts.config, parts.layout)
         r = parts.config.run
         self.rngs = [np.random.default_rng([r.seed + k, PROBE_STREAM]) for k in range(r.replicas)]
+        # a stream of its own, so that measuring current data never changes what the learner samples
+        self.current_rngs = [np.random.default_rng([r.seed + k, CURRENT_STREAM]) for k in range(r.replicas)]
         self.histories: list[list[dict[str, float]]] = [[] for _ in range(r.replicas)]
         self.diverged: set[int] = set()
         self.probe: torch.Tensor | None = None
@@ -98,7 +101,7 @@ class LearnerLoop:
                 batch = replay.sample(self.rngs, p.config.agent.batch_size, health)
                 self.window.lag.add(updates, batch.version, batch.insert_updates)
                 log_now = (updates + 1) % r.log_every == 0
-                stats = learner.update(batch, want_stats=log_now)
+                stats = learner.update(batch, want_stats=log_now, env_steps=env_steps)
                 replay.set_updates(learner.updates)
                 if learner.updates % r.publish_every == 0:
                     p.publish()
@@ -135,7 +138,7 @@ class LearnerLoop:
             return status
         if self.evaluator.final_due(self.parts.replay.env_steps, self.parts.learner.updates) and not self._evaluate():
             return "diverged"
-        return "completed" if self._log(None) else "diverged"
+        return "completed" if self._log(None, final=True) else "diverged"
 
     # --- records --------------------------------------------------------------------------------
     def _record(self, replica: int, m: dict[str, float]) -> None:
@@ -148,23 +151,47 @@ class LearnerLoop:
         self.read_shared_parameters()
         stamp = self.window.stamp(time.monotonic() - self.t0)
         results = self.evaluator.evaluate(self.parts.learner.net, stamp[ENV_STEPS], stamp[UPDATES], self.active)
+        checks = self._divergence_check() if all(m is not None for m in results.values()) else None
         for k, metrics in results.items():
             if metrics is not None:
-                self._record(k, {**stamp, **metrics})
+                self._record(k, {**stamp, **metrics, **(checks[k] if checks else {})})
         if any(m is None for m in results.values()):
             return self._log(None)  # records the hard divergence the evaluation refused to run on
         return True
 
-    def _log(self, stats: list[dict[str, float]] | None, read_episodes: bool = True) -> bool:
-        """Record a log point of every active replica with its collapse signs; a replica that has
-        hard-diverged is frozen (this is its last record). Returns whether any replica is left."""
-        p = self.parts
+    def _current_batch(self) -> torch.Tensor | None:
+        """Per replica, ``probe_size`` states drawn afresh from the current replay (None before learning
+        starts)."""
+        r = self.parts.config.run
+        if self.parts.replay.env_steps < r.learning_starts:
+            return None
+        return torch.from_numpy(self.parts.replay.sample_obs(self.current_rngs, r.probe_size))
+
+    def _divergence_check(self, current: torch.Tensor | None = None) -> list[dict[str, float]]:
+        """The soft-divergence check of every replica (at every evaluation and at the end: a schedule in
+        env steps, the same number of checks at every UTD)."""
+        c = self.parts.config
+        current = current if current is not None else self._current_batch()
+        return divergence_check(self.parts.learner, self.probe, current, self._reward_bounds(), c.agent.gamma,
+                                c.env.divergence_margin)  # fmt: skip
+
+    def _log(self, stats: list[dict[str, float]] | None, read_episodes: bool = True, final: bool = False) -> bool:
+        """Record a log point of every active replica with its collapse signs (on the probe and on a
+        batch of current data) and, at the end (``final``), the soft-divergence check; a replica that
+        has hard-diverged is frozen (this is its last record). Returns whether any replica is left.
+        ``read_episodes=False`` takes no lock (a failure path: a killed actor may hold the replay's)."""
+        p, c = self.parts, self.parts.config
         self.read_shared_parameters()
         active = self.active
         points = self.window.log_points(time.monotonic() - self.t0, stats, active, read_episodes)
-        signs = collapse_signs(p.learner, self.probe, self._reward_bounds(), p.config.agent.gamma)
+        current = self._current_batch() if read_episodes else None
+        bounds = self._reward_bounds()
+        signs = collapse_signs(p.learner, self.probe, current, bounds, c.agent.gamma, c.env.divergence_margin)
+        checks = self._divergence_check(current) if final else None
         for k in active:
             points[k].update(signs[k].metrics)
+            if checks and not signs[k].hard_divergence:
+                points[k].update(checks[k])
             self._record(k, points[k])
             if signs[k].hard_divergence:
                 self.diverged.add(k)

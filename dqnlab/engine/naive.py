@@ -32,6 +32,7 @@ from dqnlab.agent.batch import Batch
 from dqnlab.agent.learner import td_target
 from dqnlab.agent.networks import QNetwork, flatten_into
 from dqnlab.agent.policy import ParamLayout
+from dqnlab.agent.schedules import Periodic
 from dqnlab.config import Config
 from dqnlab.engine.actor import Actor
 from dqnlab.engine.replay import GO, STOP, SharedReplay, wait_backoff
@@ -120,7 +121,10 @@ class WorkerUpdates:
             p.requires_grad_(False)
         self.opt = torch.optim.Adam(self.net.parameters(), lr=config.agent.lr)
         self.rng = np.random.default_rng([config.run.seed, worker, 7])
-        self._target_copies = 0
+        a = config.agent
+        # the target copies on the run's schedule, counted on the global update count or env steps
+        self._target = Periodic(a.target_period, a.target_unit, config.run.learning_starts)
+        self._updates_mark = 0  # target periods of the global update count already copied
 
     def sync(self) -> None:
         """local_copies: the copy becomes the shared vector again (with its lineage)."""
@@ -166,7 +170,7 @@ class WorkerUpdates:
         with torch.no_grad():
             y = td_target(rewards, terminated, self.target(next_obs), a.gamma, self.net(next_obs) if a.double_dqn else None)
         q = self.net(obs).gather(1, actions.unsqueeze(1)).squeeze(1)
-        loss = F.smooth_l1_loss(q, y)
+        loss = F.mse_loss(q, y) if a.loss == "mse" else F.smooth_l1_loss(q, y)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.net.parameters(), a.max_grad_norm)
@@ -195,11 +199,19 @@ class WorkerUpdates:
                 c[DONE] += 1
                 self.replay.set_updates(int(c[DONE]))
         done = int(c[DONE])
-        if done // a.target_period > self._target_copies:  # hard copy on the global update count
-            self._target_copies = done // a.target_period
+        if self._target_due(done):
             with torch.no_grad():
                 for t, p in zip(self.target.parameters(), self.net.parameters()):
                     t.copy_(p)
+
+    def _target_due(self, done: int) -> bool:
+        """A hard copy of this worker's target is due: a multiple of the period was passed since its last
+        copy (on the global update count, which other workers advance too, or on the env steps)."""
+        if self.config.agent.target_unit == "updates":
+            mark = done // self.config.agent.target_period
+            due, self._updates_mark = mark > self._updates_mark, max(mark, self._updates_mark)
+            return due
+        return self._target.due(done, self.replay.env_steps)
 
     def _sample(self) -> Batch:
         if self.mode == "hogwild":

@@ -5,6 +5,7 @@ shares, TD loss and Q statistics, finished episodes). Collapse signs come from
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 
 import numpy as np
@@ -29,6 +30,7 @@ from dqnlab.metrics import (
     TRAIN_EPISODES,
     TRAIN_EPISODES_UNREAD,
     TRAIN_LENGTH_MEAN,
+    TRAIN_RETURN_LAST,
     TRAIN_RETURN_MEAN,
     UPDATES,
     UTD_DEFICIT,
@@ -46,6 +48,8 @@ class MetricsWindow:
         self.throughput = ThroughputMeter()
         self.learner_wait_s = 0.0
         """Seconds the learner waited on the limiter, cumulative (the loop adds to it)."""
+        self._recent = [deque(maxlen=max(TRAIN_RETURN_LAST)) for _ in range(parts.config.run.replicas)]
+        """Per replica, the returns of its latest finished actor episodes."""
 
     def stamp(self, elapsed_s: float) -> dict[str, float]:
         """``env_steps``, ``updates``, ``time_s``: what every record of a history starts with."""
@@ -96,6 +100,10 @@ class MetricsWindow:
             if stats:
                 m.update(stats[k])
             mine = [e for e in episodes if e[1] == k]
+            self._recent[k].extend(e[2] for e in mine)
+            for n, name in TRAIN_RETURN_LAST.items():
+                if self._recent[k]:
+                    m[name] = float(np.mean(list(self._recent[k])[-n:]))
             if mine:
                 m[TRAIN_RETURN_MEAN] = float(np.mean([e[2] for e in mine]))
                 m[TRAIN_LENGTH_MEAN] = float(np.mean([e[3] for e in mine]))
