@@ -94,14 +94,14 @@ def test_a_poisoned_replica_is_frozen_as_diverged_and_the_others_are_untouched(m
     learners: list[Learner] = []
     update = Learner.update
 
-    def poisoning(self, batch, want_stats=False):
+    def poisoning(self, batch, want_stats=False, env_steps=None):
         if self.updates == 300:  # mid-run: replica 1's parameters become NaN
             with torch.no_grad():
                 for p in self.net.parameters():
                     p[1].fill_(float("nan"))
         if not learners:
             learners.append(self)
-        return update(self, batch, want_stats)
+        return update(self, batch, want_stats, env_steps)
 
     monkeypatch.setattr(Learner, "update", poisoning)
     poisoned = train(config)
