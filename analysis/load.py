@@ -82,8 +82,15 @@ def typed_config(config_json: dict | None, params: dict[str, str]) -> dict:
 
 def load(tracking_uri: str, experiment: str, study: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(runs, histories)`` of the trial runs of ``experiment`` (optionally one study)."""
+    runs, hist, _ = load_with_configs(tracking_uri, experiment, study)
+    return runs, hist
+
+
+def load_with_configs(tracking_uri: str, experiment: str,
+                      study: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, dict]]:  # fmt: skip
+    """:func:`load` and each run's flat config (``run_id -> {field: value}``, JSON-ready)."""
     client, experiment_id = _client_and_experiment(tracking_uri, experiment)
-    rows, long_rows = [], []
+    rows, long_rows, configs = [], [], {}
     for run in _trial_runs(client, experiment_id, study):
         run_id = run.info.run_id
         config_json, history = _artifacts(client, run_id)
@@ -99,6 +106,8 @@ def load(tracking_uri: str, experiment: str, study: str | None = None) -> tuple[
             "mlflow_status": run.info.status,
             **typed_config(config_json, run.data.params),
         }
+        configs[run_id] = {k: list(v) if isinstance(v, tuple) else v for k, v in
+                           typed_config(config_json, run.data.params).items()}  # fmt: skip
         final: dict[str, float] = {}
         for m in history:
             final.update(m)
@@ -119,7 +128,7 @@ def load(tracking_uri: str, experiment: str, study: str | None = None) -> tuple[
         runs = runs.sort_values(["study", "trial_number"]).reset_index(drop=True)
     hist = pd.DataFrame(long_rows, columns=["run_id", ENV_STEPS, UPDATES, "metric", "value"])
     hist = hist[hist["run_id"].isin(set(runs.get("run_id", [])))].reset_index(drop=True)
-    return runs, hist
+    return runs, hist, {r: configs[r] for r in runs.get("run_id", [])}
 
 
 def load_runs(tracking_uri: str, experiment: str, study: str | None = None) -> pd.DataFrame:

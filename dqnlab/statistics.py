@@ -113,3 +113,74 @@ def probability_of_improvement(
 
     stats = np.array([_p_improvement(draw(xs), draw(ys)) for _ in range(reps)])
     return (point, *_percentiles(stats, confidence))
+
+
+# --- families of comparisons, equivalence, trends -------------------------------------------------------------
+def bootstrap_difference(x: Sequence[float], y: Sequence[float], statistic: Statistic = iqm, reps: int = 2000,
+                         seed: int = 0) -> tuple[float, np.ndarray]:  # fmt: skip
+    """``statistic(x) - statistic(y)`` and ``reps`` bootstrap draws of it (x and y resampled independently)."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    draws = np.array([statistic(x[rng.integers(0, x.size, x.size)]) - statistic(y[rng.integers(0, y.size, y.size)])
+                      for _ in range(reps)])  # fmt: skip
+    return statistic(x) - statistic(y), draws
+
+
+def bootstrap_p_value(draws: np.ndarray, null: float = 0.0) -> float:
+    """Two-sided percentile-bootstrap p-value of ``statistic == null``: twice the smaller tail of the
+    bootstrap distribution beyond ``null`` (at least ``1 / reps``: a bootstrap cannot say less)."""
+    draws = np.asarray(draws, dtype=np.float64)
+    tail = min(float((draws <= null).mean()), float((draws >= null).mean()))
+    return float(min(1.0, max(2.0 * tail, 1.0 / draws.size)))
+
+
+def holm(p_values: Sequence[float]) -> np.ndarray:
+    """Holm-Bonferroni adjusted p-values (Holm 1979) of one family: the i-th smallest p times ``m - i``
+    (``i`` from 0), made monotone and capped at 1. Reject where the adjusted p is below alpha: the
+    family-wise error rate is then at most alpha, whatever the dependence between the tests."""
+    p = np.asarray(p_values, dtype=np.float64)
+    m = p.size
+    order = np.argsort(p)
+    adjusted = np.empty(m)
+    running = 0.0
+    for i, k in enumerate(order):
+        running = max(running, min(1.0, (m - i) * p[k]))
+        adjusted[k] = running
+    return adjusted
+
+
+def equivalent(draws: np.ndarray, margin: float, alpha: float = 0.05) -> bool:
+    """Two one-sided tests (TOST, Schuirmann 1987) on a bootstrap distribution of a difference: the
+    difference is within ``+-margin`` when its ``1 - 2 alpha`` percentile interval lies inside it (pass
+    ``alpha / m`` for a family of m)."""
+    low, high = np.quantile(np.asarray(draws, dtype=np.float64), [alpha, 1.0 - alpha])
+    return bool(-margin < low and high < margin)
+
+
+def area_under_curve(steps: Sequence[float], values: Sequence[float]) -> float:
+    """The trapezoidal area under a learning curve divided by its span: the mean return over the run
+    (one evaluation: its value)."""
+    s, v = np.asarray(steps, dtype=np.float64), np.asarray(values, dtype=np.float64)
+    if s.size == 0:
+        return float("nan")
+    if s.size == 1 or s[-1] == s[0]:
+        return float(v.mean())
+    return float(np.sum((v[1:] + v[:-1]) / 2.0 * np.diff(s)) / (s[-1] - s[0]))
+
+
+def trend(xs: Sequence[float], cells: Sequence[Sequence[float]], statistic: Statistic = iqm, reps: int = 2000,
+          seed: int = 0) -> tuple[float, np.ndarray]:  # fmt: skip
+    """The least-squares slope of ``statistic(cell)`` against ``xs`` (one x per cell, e.g. log2 UTD) and
+    ``reps`` bootstrap draws of it (each cell's seeds resampled on their own: cells are never pooled)."""
+    x = np.asarray(xs, dtype=np.float64)
+    groups = [np.asarray(c, dtype=np.float64) for c in cells]
+    xc = x - x.mean()
+
+    def slope(points: np.ndarray) -> float:
+        return float(np.sum(xc * (points - points.mean())) / np.sum(xc * xc))
+
+    rng = np.random.default_rng(seed)
+    point = slope(np.array([statistic(g) for g in groups]))
+    draws = np.array([slope(np.array([statistic(g[rng.integers(0, g.size, g.size)]) for g in groups]))
+                      for _ in range(reps)])  # fmt: skip
+    return point, draws

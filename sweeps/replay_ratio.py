@@ -1,16 +1,23 @@
-"""Finding 4: what a higher replay ratio does to a small DQN, and what buys it back.
+"""Finding 4: what a higher replay ratio does to a small DQN, separated from what it drags along.
 
-    python sweeps/replay_ratio.py --preset cartpole        # UTD {0.25,1,4,16} x 4 mitigations (below)
+    python sweeps/replay_ratio.py --preset cartpole        # UTD x target unit x {plain, LayerNorm, head reset}
     python sweeps/replay_ratio.py --preset acrobot         # the same on Acrobot-v1
-    python sweeps/replay_ratio.py --preset target_period   # UTD {1,4} x target period {100,2000}, plain (500: cartpole)
-    python sweeps/replay_ratio.py --preset sample_efficiency   # LayerNorm at UTD 4 and 16 for 25k env steps
     python sweeps/replay_ratio.py --preset smoke           # seconds (tests)
 
-Mitigations: plain, LayerNorm, head reset, shrink-and-perturb (alpha 0.8, as SR-SPR); resets every
-20,000 gradient updates (a schedule in updates, as SR-SPR's 40k at replay ratio 8): at UTD 16 every
-1,250 env steps, at UTD 4 once, below that never. 10 seeds per cell as replicas of one trial;
-budgets in docs/findings.md. Objective: the final greedy return (mean of the last quarter of the
-evaluations).
+Raising the replay ratio (UTD) with the target period fixed in gradient updates also copies the
+target ``utd`` times more often per env step, and resets on an update schedule fire more often: two
+things change at once. So the grid crosses UTD {0.25, 1, 4, 16} with the unit the target period is
+counted in (``target_unit``: ``updates`` or ``env_steps``; the same period, so both agree at UTD 1)
+and three variants: plain DQN, LayerNorm, and a head reset every 5,000 env steps with no reset
+after 80% of the budget (BBF's ``no_resets_after``; so every UTD gets the same resets and no final
+evaluation lands just after one). 10 seeds per cell as replicas of one trial.
+
+Base settings: each env's RL Baselines3 Zoo DQN hyperparameters (``hyperparams/dqn.yml``; Huber loss,
+gradient clip 10, no double DQN), the calibrated baseline of finding 0, with one departure: a 64-64
+network instead of 256-256 (calibration row ``rlzoo_64``: it still learns CartPole within the
+budget), which makes an update ~4x cheaper; UTD 16 for 20,000 env steps is 300,000 updates of 10
+replicas. Budget: 20,000 env steps, where the calibrated CartPole baseline has learned
+(``docs/findings.md``, finding 0); evaluations every 1,000 env steps, 10 greedy episodes each.
 """
 
 import sys
@@ -21,46 +28,32 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from analysis.report import build_report  # noqa: E402
 from dqnlab.study.cli import sweep_main  # noqa: E402
 
-MITIGATIONS = {
+BUDGET = 20_000
+VARIANTS = {
     "plain": {"layer_norm": False, "reset": "none"},
     "layernorm": {"layer_norm": True, "reset": "none"},
-    "head_reset": {"layer_norm": False, "reset": "head"},
-    "shrink_perturb": {"layer_norm": False, "reset": "shrink_perturb"},
+    "head_reset": {"layer_norm": False, "reset": "head", "reset_every": 5000, "reset_unit": "env_steps",
+                   "no_resets_after_steps": int(0.8 * BUDGET)},  # fmt: skip
 }
-STUDY = dict(total_env_steps=10_000, learning_starts=1000, eval_every_steps=1000, eval_episodes=5, log_every=250,
-             num_workers=2, target_period=500, replicas=10, reset_every=20_000, shrink_alpha=0.8)  # fmt: skip
+STUDY = dict(total_env_steps=BUDGET, eval_every_steps=1000, eval_episodes=10, log_every=250, num_workers=1,
+             envs_per_worker=1, hidden_sizes=(64, 64), loss="huber", max_grad_norm=10.0, double_dqn=False,
+             gamma=0.99, target_update="hard", replicas=10)  # fmt: skip
+# RL Zoo hyperparams/dqn.yml (train_freq x gradient_steps as a mean UTD; learning starts >= the probe batch)
+CARTPOLE = dict(STUDY, env_id="CartPole-v1", lr=2.3e-3, batch_size=64, buffer_capacity=100_000, learning_starts=1000,
+                target_period=10, epsilon_start=1.0, epsilon_end=0.04, epsilon_decay_steps=8000)  # fmt: skip
+ACROBOT = dict(STUDY, env_id="Acrobot-v1", lr=6.3e-4, batch_size=128, buffer_capacity=50_000, learning_starts=1000,
+               target_period=250, epsilon_start=1.0, epsilon_end=0.1, epsilon_decay_steps=12_000)  # fmt: skip
+GRID = {"utd": [0.25, 1.0, 4.0, 16.0], "target_unit": ["updates", "env_steps"], "variant": list(VARIANTS)}
 
 PRESETS = {
-    "cartpole": {
-        "base": dict(STUDY, env_id="CartPole-v1"),
-        "grid": {"utd": [0.25, 1.0, 4.0, 16.0], "variant": list(MITIGATIONS)},
-        "variants": MITIGATIONS,
-        "jobs": 2,
-    },
-    "acrobot": {
-        "base": dict(STUDY, env_id="Acrobot-v1"),
-        "grid": {"utd": [0.25, 1.0, 4.0, 16.0], "variant": list(MITIGATIONS)},
-        "variants": MITIGATIONS,
-        "jobs": 2,
-    },
-    "sample_efficiency": {  # finding 5: the best cells of the CartPole study, with a longer budget
-        "base": dict(STUDY, env_id="CartPole-v1", total_env_steps=25_000, layer_norm=True, reset="none"),
-        "grid": {"utd": [4.0, 16.0]},
-        "jobs": 2,
-    },
-    # Target period 500 is the cartpole preset's plain cell (the same config and seeds): analysis reads it
-    # from there. UTD 16 left out: at ~19 min per trial of 10 seeds on 2 cores it did not fit the budget.
-    "target_period": {
-        "base": dict(STUDY, env_id="CartPole-v1", reset="none", layer_norm=False),
-        "grid": {"utd": [1.0, 4.0], "target_period": [100, 2000]},
-        "jobs": 2,
-    },
+    "cartpole": {"base": CARTPOLE, "grid": GRID, "variants": VARIANTS, "jobs": 2},
+    "acrobot": {"base": ACROBOT, "grid": GRID, "variants": VARIANTS, "jobs": 2},
     "smoke": {
-        "base": dict(env_id="CartPole-v1", total_env_steps=1200, learning_starts=400, batch_size=32, probe_size=64,
-                     hidden_sizes=(32, 32), log_every=100, eval_every_steps=400, eval_episodes=2, num_workers=1,
-                     replicas=2, reset_every=200),  # fmt: skip
-        "grid": {"utd": [1.0], "variant": ["plain", "shrink_perturb"]},
-        "variants": MITIGATIONS,
+        "base": dict(CARTPOLE, total_env_steps=1200, learning_starts=400, batch_size=32, probe_size=64,
+                     hidden_sizes=(32, 32), log_every=100, eval_every_steps=400, eval_episodes=2, replicas=2),  # fmt: skip
+        "grid": {"utd": [1.0], "target_unit": ["updates", "env_steps"], "variant": ["plain", "head_reset"]},
+        "variants": {**VARIANTS, "head_reset": dict(VARIANTS["head_reset"], reset_every=300,
+                                                    no_resets_after_steps=1000)},  # fmt: skip
     },
 }
 

@@ -1,0 +1,120 @@
+"""Finding 0, calibration: dqnlab at published baselines' own settings (``sweeps/calibration.py``),
+reported as each publication reports its figure and as greedy evaluations, beside the published one.
+
+The criterion, declared before reading the data: a setting is **calibrated** when the published
+mean lies inside our 95% bootstrap CI of the mean over seeds of the same measure, or when our
+mean +- std over seeds and the published mean +- std overlap (publications give mean +- std over 3
+seeds or fewer). Otherwise it is **not reproduced**, and the table says by how much.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+
+from analysis.curves import auc_of, curve_cells, final_metric
+from analysis.findings_common import Finding, fmt_ci
+from dqnlab import metrics as M
+from dqnlab.statistics import bootstrap_ci, iqm
+
+
+@dataclass(frozen=True)
+class Published:
+    label: str
+    measure: str
+    """``train`` (training episodes under the exploration policy) or ``greedy`` (the final model's greedy
+    episodes)."""
+    mean: float | None
+    std: float | None
+    source: str
+
+
+PUBLISHED = {
+    "calibration-cleanrl": Published("CleanRL dqn.py (MSE)", "train", 488.69, 16.11,
+                                     "CleanRL docs, dqn.py on CartPole-v1, 3 seeds, training-episode return"),
+    "calibration-cleanrl_huber": Published("CleanRL dqn.py with the Huber loss", "train", None, None,
+                                           "no published figure: the loss swapped, to measure its effect"),
+    "calibration-rlzoo": Published("RL Zoo dqn.yml (Huber)", "greedy", 500.0, 0.0,
+                                   "rl-baselines3-zoo benchmark.md, 1 seed, 300 greedy episodes of the final model"),
+    "calibration-rlzoo_64": Published("RL Zoo dqn.yml, 64-64 network", "greedy", None, None,
+                                      "no published figure: one departure (the width), measured"),
+}  # fmt: skip
+ORDER = list(PUBLISHED)
+
+
+def as_published(runs: pd.DataFrame, measure: str) -> np.ndarray:
+    """Per seed, the measure the publication reports: the mean return of its last 10 training episodes
+    (``train``), or its final greedy evaluation (``greedy``; 10 episodes)."""
+    metric = M.TRAIN_RETURN_LAST[10] if measure == "train" else M.EVAL_RETURN_MEAN
+    values = final_metric(runs, metric)
+    return values[np.isfinite(values)]
+
+
+def verdict(ours: np.ndarray, pub: Published) -> str:
+    if pub.mean is None or not len(ours):
+        return "—"
+    mean, std = float(np.mean(ours)), float(np.std(ours))
+    _, low, high = bootstrap_ci(ours, statistic=np.mean, reps=2000)
+    inside = low <= pub.mean <= high
+    overlap = mean - std <= pub.mean + (pub.std or 0.0) and pub.mean - (pub.std or 0.0) <= mean + std
+    if inside or overlap:
+        return "calibrated"
+    return f"not reproduced ({mean - pub.mean:+.0f})"
+
+
+def finding_calibration(studies: dict[str, tuple[pd.DataFrame, pd.DataFrame]]) -> Finding:
+    names = [n for n in ORDER if n in studies]
+    md = ["| setting | seeds | published (mean ± std) | ours as published: mean ± std | IQM [95% CI] | verdict | "
+          "final greedy return, IQM [95% CI] | area under the greedy curve, IQM [95% CI] | soft-diverged | "
+          "max \\|Q\\| at the end (median) |",
+          "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    fig, axes = plt.subplots(1, 3, figsize=(20, 4.8))
+    palette = dict(zip(names, sns.color_palette("tab10", len(names))))
+    for name in names:
+        runs, hist = studies[name]
+        pub = PUBLISHED[name]
+        ours = as_published(runs, pub.measure)
+        published = "—" if pub.mean is None else f"{pub.mean:.1f} ± {pub.std:.1f} ({pub.measure})"
+        mean_std = f"{np.mean(ours):.1f} ± {np.std(ours):.1f} ({pub.measure})" if len(ours) else "—"
+        final = runs["final_return"].to_numpy(dtype=float)
+        final = final[np.isfinite(final)]
+        aucs = auc_of(runs, hist)
+        diverged = int((runs["collapse"] == "diverged").sum())
+        qmax = np.nanmedian(np.fmax(final_metric(runs, M.Q_ABS_MAX_CURRENT), final_metric(runs, M.Q_PROBE_ABS_MAX)))
+        md.append(f"| {pub.label} | {len(runs)} | {published} | {mean_std} | {fmt_ci(*bootstrap_ci(ours))} | "
+                  f"{verdict(ours, pub)} | {fmt_ci(*bootstrap_ci(final))} | {fmt_ci(*bootstrap_ci(aucs))} | "
+                  f"{diverged}/{len(runs)} | {_q(qmax)} |")  # fmt: skip
+        for ax, metric in ((axes[0], M.EVAL_RETURN_MEAN), (axes[1], M.TRAIN_RETURN_LAST[100])):
+            c = curve_cells(hist, runs.assign(cell=name), metric, "cell")
+            if not c.empty:
+                ax.plot(c[M.ENV_STEPS], c["iqm"], color=palette[name], label=pub.label)
+                ax.fill_between(c[M.ENV_STEPS], c["low"], c["high"], color=palette[name], alpha=0.15)
+        q = curve_cells(hist, runs.assign(cell=name), M.Q_ABS_MAX_CURRENT, "cell", statistic=np.median)
+        if not q.empty:
+            axes[2].plot(q[M.ENV_STEPS], q["iqm"], color=palette[name], label=pub.label)
+    for ax, (ylabel, title) in zip(axes, [("greedy return (IQM over seeds, 95% CI)", "greedy evaluations"),
+                                          ("mean return of the last 100 training episodes (IQM, 95% CI)",
+                                           "as the publications report: training episodes"),
+                                          ("max |Q| on current data (median over seeds; log)", "divergence")]):
+        ax.set(xlabel="env steps", ylabel=ylabel, title=title)
+    axes[2].set_yscale("log")
+    axes[2].axhline(150, color="black", ls="--", lw=1, label="q_limit (1.5 x R_max/(1-gamma))")
+    axes[0].legend(fontsize=8)
+    axes[2].legend(fontsize=8)
+    fig.suptitle("Calibration: dqnlab at published DQN settings on CartPole-v1 (10 seeds each)")
+    fig.tight_layout()
+    return Finding("\n".join(md), fig, "finding_calibration.png")
+
+
+def _q(value: float) -> str:
+    if not math.isfinite(value):
+        return "—"
+    return f"{value:.3g}" if value < 1e4 else f"{value:.1e}"
+
+
+__all__ = ["PUBLISHED", "finding_calibration", "iqm"]

@@ -1,0 +1,48 @@
+"""Per-run and per-cell readings of the learning curves a finding draws and scores: the IQM over
+seeds at each env step (a band per cell, never pooled across cells), the area under a run's greedy
+curve, and a metric's final value per run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from dqnlab import metrics as M
+from dqnlab.statistics import area_under_curve, bootstrap_ci, iqm
+
+
+def curve_cells(hist: pd.DataFrame, runs: pd.DataFrame, metric: str, key: str, statistic=iqm,
+                reps: int = 500) -> pd.DataFrame:  # fmt: skip
+    """Per (``key`` value, env step): ``statistic`` of ``metric`` over the seeds with a 95% bootstrap CI
+    (``iqm``, ``low``, ``high``, ``n``). Each run's points are the records it took at that env step."""
+    sub = hist[(hist["metric"] == metric) & hist["run_id"].isin(runs["run_id"])]
+    sub = sub.merge(runs[["run_id", key]], on="run_id")
+    rows = []
+    for (k, step), g in sub.groupby([key, M.ENV_STEPS]):
+        values = g["value"].to_numpy(dtype=float)
+        values = values[np.isfinite(values)]
+        if not len(values):
+            continue
+        point, low, high = bootstrap_ci(values, statistic=statistic, reps=reps)
+        rows.append({key: k, M.ENV_STEPS: step, "iqm": point, "low": low, "high": high, "n": len(values)})
+    return pd.DataFrame(rows).sort_values([key, M.ENV_STEPS]) if rows else pd.DataFrame(rows)
+
+
+def auc_of(runs: pd.DataFrame, hist: pd.DataFrame) -> np.ndarray:
+    """Per run with a final return (not failed, not hard-diverged): the area under its greedy curve, the
+    mean greedy return over the run (:func:`dqnlab.statistics.area_under_curve`)."""
+    evals = hist[hist["metric"] == M.EVAL_RETURN_MEAN]
+    by_run = {r: g.sort_values(M.ENV_STEPS) for r, g in evals.groupby("run_id")}
+    out = []
+    for r in runs.itertuples():
+        g = by_run.get(r.run_id)
+        if g is None or not np.isfinite(r.final_return):
+            continue
+        out.append(area_under_curve(g[M.ENV_STEPS].to_numpy(), g["value"].to_numpy()))
+    return np.asarray(out, dtype=float)
+
+
+def final_metric(runs: pd.DataFrame, metric: str) -> np.ndarray:
+    """Each run's last value of ``metric`` (NaN where it never reported it)."""
+    col = f"final_{metric}"
+    return runs[col].to_numpy(dtype=float) if col in runs else np.full(len(runs), np.nan)

@@ -1,0 +1,201 @@
+"""Finding 4, the replay-ratio study redesigned (``sweeps/replay_ratio.py``): UTD {0.25, 1, 4, 16} x the
+target period's unit (gradient updates or env steps) x {plain, LayerNorm, head reset on an env-step
+schedule}, per env.
+
+The family of comparisons of one env, declared before reading the data and corrected together
+(Holm-Bonferroni on two-sided bootstrap p-values, alpha 0.05):
+
+- the **UTD trend** of each (unit, variant): the least-squares slope of the cell IQM of the final
+  return against log2 UTD (6 contrasts);
+- the **unit** at each UTD other than 1 for each variant: target period in env steps minus in updates
+  (9 contrasts; at UTD 1 both units are the same configuration);
+- each **mitigation** against plain DQN at each UTD and unit (16 contrasts).
+
+The **noise floor**: at UTD 1 the two units are the same configuration with the same seeds, so their
+difference is the run-to-run noise of parallel collection (the actors' interleaving with the
+learner); no effect smaller than it is claimed. "The same" is claimed only by an equivalence test
+(TOST on the bootstrap distribution, family-corrected) with the margin :data:`MARGIN` of the env,
+declared here: a tenth of the env's return range.
+"""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from analysis.curves import auc_of, final_metric
+from analysis.findings_common import Finding, fmt_ci
+from dqnlab import metrics as M
+from dqnlab.statistics import bootstrap_ci, bootstrap_difference, bootstrap_p_value, equivalent, holm, trend
+
+VARIANTS = ["plain", "layernorm", "head_reset"]
+UNITS = ["updates", "env_steps"]
+MARGIN = {"CartPole-v1": 50.0, "Acrobot-v1": 45.0}
+"""Equivalence margins, a tenth of each env's return range (CartPole 0..500; Acrobot -500..-50)."""
+REPS = 2000
+
+
+def variant_of(row: pd.Series) -> str:
+    if row.get("layer_norm"):
+        return "layernorm"
+    return "head_reset" if row.get("reset") == "head" else "plain"
+
+
+def _returns(runs: pd.DataFrame) -> np.ndarray:
+    v = runs["final_return"].to_numpy(dtype=float)
+    return v[np.isfinite(v)]
+
+
+def contrasts(runs: pd.DataFrame) -> pd.DataFrame:
+    """Every contrast of the family of one env with its estimate, 95% CI (unadjusted), bootstrap p and
+    Holm-adjusted p; ``kind`` is ``trend``, ``unit`` or ``mitigation``."""
+    cell = runs.groupby(["utd", "target_unit", "variant"])
+    values = {k: _returns(g) for k, g in cell}
+    utds = sorted(runs["utd"].unique())
+    rows = []
+
+    def add(kind: str, what: str, estimate: float, draws: np.ndarray) -> None:
+        low, high = np.quantile(draws, [0.025, 0.975])
+        rows.append({"kind": kind, "contrast": what, "estimate": estimate, "low": low, "high": high,
+                     "p": bootstrap_p_value(draws), "draws": draws})  # fmt: skip
+
+    for unit in UNITS:
+        for v in VARIANTS:
+            cells = [values.get((u, unit, v), np.array([])) for u in utds]
+            if len(utds) >= 2 and all(len(c) for c in cells):
+                slope, draws = trend(np.log2(utds), cells, reps=REPS)
+                add("trend", f"UTD trend, target in {unit}, {v} (return per doubling of UTD)", slope, draws)
+    for v in VARIANTS:
+        for u in utds:
+            x, y = values.get((u, "env_steps", v), []), values.get((u, "updates", v), [])
+            if u != 1.0 and len(x) and len(y):
+                d, draws = bootstrap_difference(x, y, reps=REPS)
+                add("unit", f"UTD {u:g}, {v}: target in env steps minus in updates", d, draws)
+    for unit in UNITS:
+        for v in VARIANTS[1:]:
+            for u in utds:
+                x, y = values.get((u, unit, v), []), values.get((u, unit, "plain"), [])
+                if len(x) and len(y):
+                    d, draws = bootstrap_difference(x, y, reps=REPS)
+                    add("mitigation", f"UTD {u:g}, target in {unit}: {v} minus plain", d, draws)
+    out = pd.DataFrame(rows)
+    if not out.empty:
+        out["p_holm"] = holm(out["p"].to_numpy())
+    return out
+
+
+def noise_floor(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per variant, the A/A difference at UTD 1 (both units: the same configuration, the same seeds)."""
+    rows = []
+    for v in VARIANTS:
+        x = _returns(runs[(runs["utd"] == 1.0) & (runs["target_unit"] == "env_steps") & (runs["variant"] == v)])
+        y = _returns(runs[(runs["utd"] == 1.0) & (runs["target_unit"] == "updates") & (runs["variant"] == v)])
+        if len(x) and len(y):
+            d, draws = bootstrap_difference(x, y, reps=REPS)
+            rows.append({"variant": v, "difference": d, "low": np.quantile(draws, 0.025),
+                         "high": np.quantile(draws, 0.975)})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def cell_rows(runs: pd.DataFrame, hist: pd.DataFrame) -> pd.DataFrame:
+    """Per cell: final return and AUC (IQM, 95% CI), soft-diverged seeds, median final max |Q|, and the
+    current-data diagnostics (medians)."""
+    rows = []
+    for (u, unit, v), g in runs.groupby(["utd", "target_unit", "variant"]):
+        q = np.fmax(final_metric(g, M.Q_ABS_MAX_CURRENT), final_metric(g, M.Q_PROBE_ABS_MAX))
+        rows.append({"utd": u, "target_unit": unit, "variant": v, "n": len(g),
+                     "final": bootstrap_ci(_returns(g), reps=REPS), "auc": bootstrap_ci(auc_of(g, hist), reps=REPS),
+                     "diverged": int((g["collapse"] == "diverged").sum()), "q_max": float(np.nanmedian(q)),
+                     "q_above_bound": int((final_metric(g, M.Q_ABOVE_BOUND) > 0).sum()),
+                     "srank": float(np.nanmedian(final_metric(g, M.SRANK_CURRENT))),
+                     "dormant": float(np.nanmedian(final_metric(g, M.DORMANT_CURRENT[0.1]))),
+                     "target_updates": float(np.nanmedian(final_metric(g, M.TARGET_UPDATES))),
+                     "resets": float(np.nanmedian(final_metric(g, M.RESETS)))})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def _q(value: float) -> str:
+    return "—" if not math.isfinite(value) else (f"{value:.0f}" if value < 1e4 else f"{value:.1e}")
+
+
+def finding_replay_ratio(studies: dict[str, tuple[pd.DataFrame, pd.DataFrame]]) -> Finding:
+    """``studies``: env id -> (runs, hist) of its preset."""
+    envs = list(studies)
+    fig, axes = plt.subplots(len(envs), 4, figsize=(22, 4.6 * len(envs)), squeeze=False)
+    md = []
+    for axrow, env in zip(axes, envs):
+        runs, hist = studies[env]
+        runs = runs.assign(variant=runs.apply(variant_of, axis=1))
+        cells = cell_rows(runs, hist)
+        evals = int(hist[hist["metric"] == M.EVAL_RETURN_MEAN].groupby("run_id").size().median())
+        episodes = int(runs["eval_episodes"].median())
+        seeds = int(runs.groupby(["utd", "target_unit", "variant"]).size().median())
+        md += [f"\n**{env}**: per cell, final greedy return (mean of the last quarter of the {evals} evaluations: "
+               f"{max(1, evals // 4)} evaluations x {episodes} episodes) and area under the greedy curve (the mean "
+               f"return over the run), IQM over {seeds} seeds [95% bootstrap CI]; seeds soft-diverged (max \\|Q\\| "
+               f"above 1.5 R_max/(1-gamma) at any evaluation or at the end); median final max \\|Q\\| and srank, "
+               "dormant fraction (tau 0.1) on current replay data; target copies and resets made (median).\n",
+               "| UTD | target in | variant | final return | AUC | soft-div. | max \\|Q\\| | srank | dormant | "
+               "target copies | resets |", "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        for r in cells.sort_values(["utd", "target_unit", "variant"], key=_order).itertuples():
+            md.append(f"| {r.utd:g} | {r.target_unit} | {r.variant} | {fmt_ci(*r.final)} | {fmt_ci(*r.auc)} | "
+                      f"{r.diverged}/{r.n} | {_q(r.q_max)} | {r.srank:.0f} | {r.dormant:.2f} | {r.target_updates:.0f} | "
+                      f"{r.resets:.0f} |")  # fmt: skip
+        family = contrasts(runs)
+        floor = noise_floor(runs)
+        md += ["", "Noise floor (UTD 1, the two units are one configuration, same seeds; difference of IQMs "
+                   "[95% CI]): " + "; ".join(f"{f.variant} {f.difference:+.0f} [{f.low:.0f}, {f.high:.0f}]"
+                                              for f in floor.itertuples()) + ".", ""]  # fmt: skip
+        md += [f"Family of {len(family)} contrasts, Holm-corrected (significant: adjusted p < 0.05; 'equivalent': TOST "
+               f"within ±{MARGIN.get(env, float('nan')):.0f} at the family-corrected level):", "",
+               "| contrast | estimate [95% CI] | p | Holm p | verdict |", "|---|---|---|---|---|"]  # fmt: skip
+        m = max(len(family), 1)
+        for c in family.itertuples():
+            if c.p_holm < 0.05:
+                word = "significant"
+            elif c.kind != "trend" and equivalent(c.draws, MARGIN.get(env, 0.0), alpha=0.05 / m):
+                word = "equivalent"
+            else:
+                word = "inconclusive"
+            md.append(f"| {c.contrast} | {c.estimate:+.1f} [{c.low:.1f}, {c.high:.1f}] | {c.p:.3f} | {c.p_holm:.3f} | "
+                      f"{word} |")  # fmt: skip
+        _draw(axrow, cells, env)
+    axes[0][0].legend(fontsize=7, ncol=2)
+    fig.suptitle("What does a higher replay ratio do, with the target period held in updates (dashed) or in env steps "
+                 "(solid)? (10 seeds per cell)")  # fmt: skip
+    fig.tight_layout()
+    return Finding("\n".join(md), fig, "finding_replay_ratio.png")
+
+
+def _order(col: pd.Series) -> pd.Series:
+    if col.name == "variant":
+        return col.map(VARIANTS.index)
+    if col.name == "target_unit":
+        return col.map(UNITS.index)
+    return col
+
+
+def _draw(axrow, cells: pd.DataFrame, env: str) -> None:
+    colors = {"plain": "C0", "layernorm": "C1", "head_reset": "C2"}
+    for (unit, v), g in cells.groupby(["target_unit", "variant"]):
+        g = g.sort_values("utd")
+        ls = "-" if unit == "env_steps" else "--"
+        label = f"{v}, target in {unit}"
+        for ax, key in ((axrow[0], "final"), (axrow[1], "auc")):
+            point = np.array([f[0] for f in g[key]])
+            low = np.array([f[1] for f in g[key]])
+            high = np.array([f[2] for f in g[key]])
+            ax.errorbar(g["utd"], point, yerr=[point - low, high - point], ls=ls, marker="o", capsize=2,
+                        color=colors[v], label=label)  # fmt: skip
+        axrow[2].plot(g["utd"], g["q_max"], ls=ls, marker="o", color=colors[v], label=label)
+        axrow[3].plot(g["utd"], g["srank"], ls=ls, marker="o", color=colors[v], label=label)
+    axrow[2].set_yscale("log")
+    for ax, ylabel in zip(axrow, ["final greedy return (IQM, 95% CI)", "area under the greedy curve (IQM, 95% CI)",
+                                  "final max |Q| (median over seeds; log)", "final srank on current data (median)"]):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks([0.25, 1, 4, 16], ["0.25", "1", "4", "16"])
+        ax.minorticks_off()
+        ax.set(xlabel="UTD (updates per env step)", ylabel=ylabel, title=env)

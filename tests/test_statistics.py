@@ -1,0 +1,39 @@
+"""Statistics of a family of comparisons, by hand: Holm-Bonferroni, bootstrap p-values, equivalence
+(TOST), the UTD trend, the area under a learning curve."""
+
+import numpy as np
+import pytest
+
+
+def test_holm_adjusts_a_family_by_hand():
+    from dqnlab.statistics import holm
+
+    # sorted p 0.01, 0.02, 0.03, 0.5 times 4, 3, 2, 1 -> 0.04, 0.06, 0.06 (monotone), 0.5
+    np.testing.assert_allclose(holm([0.03, 0.01, 0.5, 0.02]), [0.06, 0.04, 0.5, 0.06])
+    np.testing.assert_allclose(holm([0.9, 0.8]), [1.0, 1.0])  # capped at 1, monotone
+
+
+def test_bootstrap_p_value_equivalence_and_trend_on_known_data():
+    from dqnlab.statistics import bootstrap_difference, bootstrap_p_value, equivalent, trend
+
+    rng = np.random.default_rng(0)
+    same = rng.normal(100, 5, 10), rng.normal(100, 5, 10)
+    apart = rng.normal(150, 5, 10), rng.normal(100, 5, 10)
+    d_same, draws_same = bootstrap_difference(*same)
+    d_apart, draws_apart = bootstrap_difference(*apart)
+    assert bootstrap_p_value(draws_apart) < 0.01 and bootstrap_p_value(draws_same) > 0.05
+    assert equivalent(draws_same, margin=15.0) and not equivalent(draws_same, margin=0.5)
+    assert not equivalent(draws_apart, margin=15.0)
+    cells = [rng.normal(200 - 30 * k, 5, 10) for k in range(4)]  # falls by 30 per step of x
+    slope, draws = trend([0, 1, 2, 3], cells)
+    assert slope == pytest.approx(-30, abs=5) and np.quantile(draws, 0.975) < 0
+    flat, draws = trend([0, 1, 2, 3], [rng.normal(100, 5, 10) for _ in range(4)])
+    assert np.quantile(draws, 0.025) < 0 < np.quantile(draws, 0.975)
+
+
+def test_area_under_the_curve_is_the_mean_return_over_the_run():
+    from dqnlab.statistics import area_under_curve
+
+    assert area_under_curve([0, 10, 20], [0, 100, 100]) == pytest.approx(75.0)
+    assert area_under_curve([5], [42.0]) == 42.0
+    assert np.isnan(area_under_curve([], []))
