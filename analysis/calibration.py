@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from analysis.curves import auc_of, curve_cells, final_metric
+from analysis.curves import auc_of, curve_cells, final_metric, soft_divergence_counts
 from analysis.findings_common import Finding, fmt_ci
 from dqnlab import metrics as M
 from dqnlab.statistics import bootstrap_ci, iqm
@@ -70,7 +70,8 @@ def verdict(ours: np.ndarray, pub: Published) -> str:
 def finding_calibration(studies: dict[str, tuple[pd.DataFrame, pd.DataFrame]]) -> Finding:
     names = [n for n in ORDER if n in studies]
     md = ["| setting | seeds | published (mean ± std) | ours as published: mean ± std | IQM [95% CI] | verdict | "
-          "final greedy return, IQM [95% CI] | area under the greedy curve, IQM [95% CI] | soft-diverged | "
+          "final greedy return, IQM [95% CI] | area under the greedy curve, IQM [95% CI] | soft divergence: at any "
+          "check / at the end | "
           "max \\|Q\\| at the end (median) |",
           "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     fig, axes = plt.subplots(1, 3, figsize=(20, 4.8))
@@ -84,11 +85,11 @@ def finding_calibration(studies: dict[str, tuple[pd.DataFrame, pd.DataFrame]]) -
         final = runs["final_return"].to_numpy(dtype=float)
         final = final[np.isfinite(final)]
         aucs = auc_of(runs, hist)
-        diverged = int((runs["collapse"] == "diverged").sum())
+        n_any, n_end = soft_divergence_counts(runs, hist)
         qmax = np.nanmedian(np.fmax(final_metric(runs, M.Q_ABS_MAX_CURRENT), final_metric(runs, M.Q_PROBE_ABS_MAX)))
         md.append(f"| {pub.label} | {len(runs)} | {published} | {mean_std} | {fmt_ci(*bootstrap_ci(ours))} | "
                   f"{verdict(ours, pub)} | {fmt_ci(*bootstrap_ci(final))} | {fmt_ci(*bootstrap_ci(aucs))} | "
-                  f"{diverged}/{len(runs)} | {_q(qmax)} |")  # fmt: skip
+                  f"{n_any}/{len(runs)} / {n_end}/{len(runs)} | {_q(qmax)} |")  # fmt: skip
         for ax, metric in ((axes[0], M.EVAL_RETURN_MEAN), (axes[1], M.TRAIN_RETURN_LAST[100])):
             c = curve_cells(hist, runs.assign(cell=name), metric, "cell")
             if not c.empty:

@@ -46,3 +46,15 @@ def final_metric(runs: pd.DataFrame, metric: str) -> np.ndarray:
     """Each run's last value of ``metric`` (NaN where it never reported it)."""
     col = f"final_{metric}"
     return runs[col].to_numpy(dtype=float) if col in runs else np.full(len(runs), np.nan)
+
+
+def soft_divergence_counts(runs: pd.DataFrame, hist: pd.DataFrame) -> tuple[int, int]:
+    """How many of ``runs`` had max |Q| beyond what the env can pay at any soft-divergence check, and at
+    their last check (ended there); a hard-diverged run counts in both."""
+    checks = hist[(hist["metric"] == M.SOFT_DIVERGENCE) & hist["run_id"].isin(runs["run_id"])]
+    last = checks.sort_values(M.ENV_STEPS).groupby("run_id")["value"].last()
+    ever = checks.groupby("run_id")["value"].max()
+    hard = set(runs.loc[runs["status"] == "diverged", "run_id"])
+    n_any = sum(1 for r in runs["run_id"] if r in hard or ever.get(r, 0.0) >= 1.0)
+    n_end = sum(1 for r in runs["run_id"] if r in hard or last.get(r, 0.0) >= 1.0)
+    return n_any, n_end

@@ -26,7 +26,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from analysis.curves import auc_of, final_metric
+from analysis.curves import auc_of, final_metric, soft_divergence_counts
 from analysis.findings_common import Finding, fmt_ci
 from dqnlab import metrics as M
 from dqnlab.statistics import bootstrap_ci, bootstrap_difference, bootstrap_p_value, equivalent, holm, trend
@@ -108,7 +108,7 @@ def cell_rows(runs: pd.DataFrame, hist: pd.DataFrame) -> pd.DataFrame:
         q = np.fmax(final_metric(g, M.Q_ABS_MAX_CURRENT), final_metric(g, M.Q_PROBE_ABS_MAX))
         rows.append({"utd": u, "target_unit": unit, "variant": v, "n": len(g),
                      "final": bootstrap_ci(_returns(g), reps=REPS), "auc": bootstrap_ci(auc_of(g, hist), reps=REPS),
-                     "diverged": int((g["collapse"] == "diverged").sum()), "q_max": float(np.nanmedian(q)),
+                     "diverged": soft_divergence_counts(g, hist), "q_max": float(np.nanmedian(q)),
                      "q_above_bound": int((final_metric(g, M.Q_ABOVE_BOUND) > 0).sum()),
                      "srank": float(np.nanmedian(final_metric(g, M.SRANK_CURRENT))),
                      "dormant": float(np.nanmedian(final_metric(g, M.DORMANT_CURRENT[0.1]))),
@@ -136,14 +136,15 @@ def finding_replay_ratio(studies: dict[str, tuple[pd.DataFrame, pd.DataFrame]]) 
         md += [f"\n**{env}**: per cell, final greedy return (mean of the last quarter of the {evals} evaluations: "
                f"{max(1, evals // 4)} evaluations x {episodes} episodes) and area under the greedy curve (the mean "
                f"return over the run), IQM over {seeds} seeds [95% bootstrap CI]; seeds soft-diverged (max \\|Q\\| "
-               f"above 1.5 R_max/(1-gamma) at any evaluation or at the end); median final max \\|Q\\| and srank, "
-               "dormant fraction (tau 0.1) on current replay data; target copies and resets made (median).\n",
-               "| UTD | target in | variant | final return | AUC | soft-div. | max \\|Q\\| | srank | dormant | "
+               "above 1.5 R_max/(1-gamma)) at any check (every evaluation and the end) / at the end; median final "
+               "max \\|Q\\| and srank, dormant fraction (tau 0.1) on current replay data; target copies and resets "
+               "made (median).\n",
+               "| UTD | target in | variant | final return | AUC | soft div. (any / end) | max \\|Q\\| | srank | dormant | "
                "target copies | resets |", "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for r in cells.sort_values(["utd", "target_unit", "variant"], key=_order).itertuples():
             md.append(f"| {r.utd:g} | {r.target_unit} | {r.variant} | {fmt_ci(*r.final)} | {fmt_ci(*r.auc)} | "
-                      f"{r.diverged}/{r.n} | {_q(r.q_max)} | {r.srank:.0f} | {r.dormant:.2f} | {r.target_updates:.0f} | "
-                      f"{r.resets:.0f} |")  # fmt: skip
+                      f"{r.diverged[0]}/{r.n} / {r.diverged[1]}/{r.n} | {_q(r.q_max)} | {r.srank:.0f} | "
+                      f"{r.dormant:.2f} | {r.target_updates:.0f} | {r.resets:.0f} |")  # fmt: skip
         family = contrasts(runs)
         floor = noise_floor(runs)
         md += ["", "Noise floor (UTD 1, the two units are one configuration, same seeds; difference of IQMs "

@@ -15,6 +15,7 @@ from analysis.stats import (
     final_return,
     iqm,
     probability_of_improvement,
+    soft_divergence_checks,
     stratified_bootstrap_ci,
 )
 from dqnlab.config import Config
@@ -53,7 +54,12 @@ def test_collapse_labels_on_constructed_histories():
     assert collapse_label(_h(eval_return_mean=[10, 200, 90], srank=[20, 18, 19])) == "performance_collapse"
     assert collapse_label(_h(eval_return_mean=[10, 200, 110], srank=[20, 18, 19])) == "healthy"  # fell 90 of 190
     assert collapse_label(_h(eval_return_mean=[10, 200, 190], srank=[20, 12, 9])) == "rank_collapse"
-    assert collapse_label(_h(eval_return_mean=[10, 200, 190], soft_divergence=[0, 1, 0])) == "diverged"
+    assert collapse_label(_h(eval_return_mean=[10, 200, 190], soft_divergence=[0, 1, 0])) == "diverged"  # old runs
+    # runs with q_limit checked at every evaluation: an overshoot that came back is transient, not the outcome
+    transient = _h(eval_return_mean=[10, 200, 190], soft_divergence=[0, 1, 0], q_limit=[150, 150, 150])
+    assert collapse_label(transient) == "healthy" and soft_divergence_checks(transient) == (True, False)
+    ended = _h(eval_return_mean=[10, 200, 190], soft_divergence=[0, 1, 1], q_limit=[150, 150, 150])
+    assert collapse_label(ended) == "diverged" and soft_divergence_checks(ended) == (True, True)
     assert collapse_label(_h(eval_return_mean=[10, 20]), status="diverged") == "diverged"
     assert final_return(_h(eval_return_mean=[0, 0, 0, 0, 0, 0, 8, 10])) == 9.0  # last quarter: 2 evals
     assert np.isnan(final_return(_h(eval_return_mean=[0, 9]), status="diverged"))  # no policy, no return
