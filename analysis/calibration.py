@@ -39,10 +39,12 @@ PUBLISHED = {
                                      "CleanRL docs, dqn.py on CartPole-v1, 3 seeds, training-episode return"),
     "calibration-cleanrl_huber": Published("CleanRL dqn.py with the Huber loss", "train", None, None,
                                            "no published figure: the loss swapped, to measure its effect"),
-    "calibration-rlzoo": Published("RL Zoo dqn.yml (Huber)", "greedy", 500.0, 0.0,
-                                   "rl-baselines3-zoo benchmark.md, 1 seed, 300 greedy episodes of the final model"),
-    "calibration-rlzoo_64": Published("RL Zoo dqn.yml, 64-64 network", "greedy", None, None,
-                                      "no published figure: one departure (the width), measured"),
+    "calibration-rlzoo": Published("RL Zoo dqn.yml ported literally (target every 10 env steps)", "greedy", 500.0,
+                                   0.0, "rl-baselines3-zoo benchmark.md, 1 seed, 300 greedy episodes of the final model"),
+    "calibration-rlzoo_bursts": Published("RL Zoo dqn.yml, SB3's effective target period (128 updates)", "greedy",
+                                          500.0, 0.0, "as above"),
+    "calibration-rlzoo_bursts_64": Published("the same with a 64-64 network", "greedy", None, None,
+                                             "no published figure: one departure (the width), measured"),
 }  # fmt: skip
 ORDER = list(PUBLISHED)
 

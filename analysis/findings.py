@@ -281,7 +281,7 @@ def finding_writers(runs: pd.DataFrame) -> Finding:
 
 DATA_FINDINGS = {
     "calibration": ("0. Calibration", ["calibration-cleanrl", "calibration-cleanrl_huber", "calibration-rlzoo",
-                                       "calibration-rlzoo_64"]),
+                                       "calibration-rlzoo_bursts", "calibration-rlzoo_bursts_64"]),
     "replay_ratio": ("4. Replay ratio", ["replay_ratio-cartpole", "replay_ratio-acrobot"]),
 }  # fmt: skip
 """The findings computed from the data committed under ``docs/data`` (:mod:`analysis.export`)."""

@@ -2,8 +2,9 @@
 
     python sweeps/calibration.py --preset cleanrl         # CleanRL dqn.py: MSE loss, 500k env steps (~5 min)
     python sweeps/calibration.py --preset cleanrl_huber   # the same with the Huber loss (it diverges)
-    python sweeps/calibration.py --preset rlzoo           # RL Baselines3 Zoo hyperparams/dqn.yml, 50k env steps
-    python sweeps/calibration.py --preset rlzoo_64        # the same with a 64-64 network
+    python sweeps/calibration.py --preset rlzoo           # RL Baselines3 Zoo hyperparams/dqn.yml, ported literally
+    python sweeps/calibration.py --preset rlzoo_bursts    # the same with SB3's effective target period
+    python sweeps/calibration.py --preset rlzoo_bursts_64 # ... and a 64-64 network
     python sweeps/calibration.py --preset smoke
 
 A study departs from a calibrated baseline, never from an unchecked one. Each preset copies the
@@ -22,10 +23,14 @@ every 10 env steps (UTD 0.1); hard target copy every 500 env steps; epsilon 1 ->
 RL Zoo ``hyperparams/dqn.yml`` CartPole-v1 (published 500.0 +- 0.0 over 300 greedy episodes of the
 final model, one seed): MLP 256-256; Adam lr 2.3e-3; SB3's Huber loss and gradient clip 10; no double
 DQN; buffer 100,000; batch 64; gamma 0.99; learning starts 1,000; 128 gradient steps every 256 env
-steps, i.e. a mean UTD of 0.5 (dqnlab spreads the updates evenly: the same mean, not SB3's bursts, in
-which the target stays fixed for 128 updates); target copied every 10 env steps; epsilon 1 -> 0.04
-over 8,000 env steps (SB3 acts uniformly at random for the first 1,000 steps; dqnlab's epsilon is
-0.89-1.0 there); 50,000 env steps; one env.
+steps, i.e. a mean UTD of 0.5 (dqnlab spreads the updates evenly: the same mean); target copied every
+10 env steps; epsilon 1 -> 0.04 over 8,000 env steps (SB3 acts uniformly at random for the first
+1,000 steps; dqnlab's epsilon is 0.89-1.0 there); 50,000 env steps; one env.
+
+Ported literally (``rlzoo``: a copy every 10 env steps, i.e. every 5 evenly spread updates), this
+diverges: SB3 copies the target every 10 env steps *of collection*, and no update happens during
+collection, while its 128 updates of a burst all run against the same target. Its effective target
+period is therefore 128 updates: ``rlzoo_bursts`` copies every 256 env steps (128 updates at UTD 0.5).
 """
 
 import sys
@@ -52,8 +57,11 @@ PRESETS = {
     "cleanrl": {"base": CLEANRL, "grid": {"loss": ["mse"]}, "jobs": 1},
     "cleanrl_huber": {"base": CLEANRL, "grid": {"loss": ["huber"]}, "jobs": 1},
     "rlzoo": {"base": RLZOO, "grid": {"loss": ["huber"]}, "jobs": 1},
-    # one departure, measured: RL Zoo's settings with a 64-64 network (the studies' width, ~4x cheaper an update)
-    "rlzoo_64": {"base": dict(RLZOO, hidden_sizes=(64, 64)), "grid": {"loss": ["huber"]}, "jobs": 1},
+    # SB3's target as it acts: frozen through each burst of 128 updates (copied every 256 env steps)
+    "rlzoo_bursts": {"base": dict(RLZOO, target_period=256), "grid": {"loss": ["huber"]}, "jobs": 1},
+    # one departure, measured: the same with a 64-64 network (the studies' width, ~4x cheaper an update)
+    "rlzoo_bursts_64": {"base": dict(RLZOO, target_period=256, hidden_sizes=(64, 64)), "grid": {"loss": ["huber"]},
+                        "jobs": 1},  # fmt: skip
     "smoke": {
         "base": dict(CLEANRL, total_env_steps=2000, learning_starts=500, epsilon_decay_steps=1000, eval_every_steps=1000,
                      eval_episodes=2, log_every=20, replicas=2, buffer_capacity=2000, probe_size=64),  # fmt: skip
