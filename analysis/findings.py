@@ -27,13 +27,18 @@ import seaborn as sns  # noqa: E402
 
 from analysis.calibration import finding_calibration  # noqa: E402
 from analysis.cells import cell_table, returns_of  # noqa: E402
+from analysis.curves import auc_of  # noqa: E402
 from analysis.export import read_study  # noqa: E402
+from analysis.family import Family  # noqa: E402
 from analysis.findings_common import Finding, fmt_ci  # noqa: E402
-from analysis.load import load  # noqa: E402
 from analysis.plots import save  # noqa: E402
 from analysis.replay_ratio import finding_replay_ratio  # noqa: E402
-from analysis.stats import bootstrap_ci, difference_ci, iqm, probability_of_improvement  # noqa: E402
+from analysis.stats import bootstrap_ci, iqm, probability_of_improvement  # noqa: E402
 from dqnlab import metrics as M  # noqa: E402
+from dqnlab.statistics import bootstrap_difference  # noqa: E402
+
+MARGIN_CARTPOLE = 50.0
+"""The equivalence margin of CartPole returns (a tenth of its 0..500 range), declared with each family."""
 
 
 def _fmt(point: float, low: float, high: float, digits: int = 0) -> str:
@@ -152,20 +157,23 @@ def finding_parallel(runs: pd.DataFrame, hist: pd.DataFrame) -> Finding:
     axes[1].axhline(1.0, color="black", lw=1, ls="--")
     axes[1].set(xlabel="", ylabel="realised UTD / requested UTD", title="the replay ratio actually trained at")
     axes[1].tick_params(axis="x", rotation=30)
-    md = ["| collection | realised UTD (median over seeds) | final return IQM [95% CI] | vs serial: IQM difference "
-          "[95% CI] | vs serial: P(improvement) [95% CI] |", "|---|---|---|---|---|"]  # fmt: skip
+    md = ["| collection | realised UTD (median over seeds) | final return IQM [95% CI] | AUC IQM [95% CI] | "
+          "vs serial: P(improvement) [95% CI] |", "|---|---|---|---|---|"]  # fmt: skip
     base = returns_of(runs[runs["variant"] == "serial_2"]) if "serial_2" in order else np.array([])
     f = _iqm_by(runs, "variant", order)
+    family = Family("collection vs serial (final return)", MARGIN_CARTPOLE)
     for v, point in zip(order, f[["iqm", "low", "high"]].itertuples(index=False)):
         sub = runs[runs["variant"] == v]
         realised = float(np.median(_final(sub, M.UTD_REALISED)))
+        auc = _fmt(*bootstrap_ci(auc_of(sub, hist), reps=1000))
         if v == "serial_2" or not len(base):
-            md.append(f"| {v} | {realised:.3f} | {_fmt(*point)} | — | — |")
+            md.append(f"| {v} | {realised:.3f} | {_fmt(*point)} | {auc} | — |")
         else:
             x = returns_of(sub)
-            d = difference_ci([x], [base], reps=1000)
+            family.difference(f"{v} minus serial_2", x, base)
             p = probability_of_improvement([x], [base], reps=1000)
-            md.append(f"| {v} | {realised:.3f} | {_fmt(*point)} | {_fmt(*d)} | {_fmt(*p, digits=2)} |")
+            md.append(f"| {v} | {realised:.3f} | {_fmt(*point)} | {auc} | {_fmt(*p, digits=2)} |")
+    md += ["", family.markdown()]
     _learned_panel(axes[2], f, "variant")
     fig.suptitle("Does collecting in parallel change what is learned at the same replay ratio? (CartPole-v1, UTD 1, "
                  "10 seeds per cell)")  # fmt: skip
@@ -177,13 +185,20 @@ def finding_parallel(runs: pd.DataFrame, hist: pd.DataFrame) -> Finding:
 def _workers_variant(row: pd.Series) -> str:
     slow = bool(str(row.get("worker_step_delay_s", "")).strip("() ,0."))
     long = bool(str(row.get("worker_max_episode_steps", "")).strip("() ,0"))
-    return {(False, False): "homogeneous", (True, False): "one_slow", (False, True): "one_long_episodes",
+    name = {(False, False): "homogeneous", (True, False): "one_slow", (False, True): "one_long_episodes",
             (True, True): "slow_and_long"}[(slow, long)]  # fmt: skip
+    return name + ("_evicting" if row.get("buffer_capacity", math.inf) < row.get("total_env_steps", 0) else "")
 
 
-def finding_workers(runs: pd.DataFrame) -> Finding:
+WORKERS_ORDER = ["homogeneous", "one_slow", "one_long_episodes", "slow_and_long"]
+SHARE_MARGIN = 0.05
+"""Finding 2's equivalence margin for shares: a worker counts as sampled in proportion when its sampled
+share is within 0.05 of its produced (or resident) share."""
+
+
+def finding_workers(runs: pd.DataFrame, hist: pd.DataFrame | None = None) -> Finding:
     runs = runs.assign(variant=runs.apply(_workers_variant, axis=1))
-    order = [v for v in ["homogeneous", "one_slow", "one_long_episodes", "slow_and_long"] if v in set(runs["variant"])]
+    order = [v for v in WORKERS_ORDER + [w + "_evicting" for w in WORKERS_ORDER] if v in set(runs["variant"])]
     rows = []
     for _, r in runs.iterrows():
         for w in range(int(r["num_workers"])):
@@ -200,19 +215,31 @@ def finding_workers(runs: pd.DataFrame) -> Finding:
     sns.move_legend(axes[0], "lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(M.SHARE_KINDS), title=None,
                     frameon=False)  # fmt: skip
     axes[0].tick_params(axis="x", labelsize=8)
-    md = ["| workers | worker 1 produced | worker 1 resident | worker 1 sampled | worker 1 episodes | "
+    md = ["| workers | buffer | worker 1 produced | worker 1 resident | worker 1 sampled | worker 1 episodes | "
           "final return IQM [95% CI] | vs homogeneous: P(improvement) [95% CI] |",
-          "|---|---|---|---|---|---|---|"]  # fmt: skip
-    base = returns_of(runs[runs["variant"] == "homogeneous"])
+          "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     f = _iqm_by(runs, "variant", order)
+    returns_family = Family("each setup minus the homogeneous one with the same buffer (final return)", MARGIN_CARTPOLE)
+    shares_family = Family("worker 1's sampled share minus its produced share, per setup", SHARE_MARGIN)
     for v, point in zip(order, f[["iqm", "low", "high"]].itertuples(index=False)):
         sub = runs[runs["variant"] == v]
         share = {k: float(np.median(sub[c])) if (c := f"final_{M.worker_share(1, k)}") in sub else math.nan
                  for k in M.SHARE_KINDS}  # fmt: skip
         x = returns_of(sub)
-        vs = "—" if v == "homogeneous" else _fmt(*probability_of_improvement([x], [base], reps=1000), digits=2)
-        md.append(f"| {v} | {share['produced']:.3f} | {share['resident']:.3f} | {share['sampled']:.3f} | "
+        home = "homogeneous_evicting" if v.endswith("_evicting") else "homogeneous"
+        base = returns_of(runs[runs["variant"] == home])
+        vs = "—" if v == home else _fmt(*probability_of_improvement([x], [base], reps=1000), digits=2)
+        if v != home:
+            returns_family.difference(f"{v} minus {home}", x, base)
+        sampled, produced = f"final_{M.worker_share(1, 'sampled')}", f"final_{M.worker_share(1, 'produced')}"
+        if sampled in sub and produced in sub:
+            gap = (sub[sampled] - sub[produced]).to_numpy(dtype=float)
+            point_gap, draws = bootstrap_difference(gap, np.zeros(1), reps=1000)
+            shares_family.add(f"{v}: sampled minus produced", point_gap, draws)
+        buffer = f"{int(sub['buffer_capacity'].iloc[0]):,}" if "buffer_capacity" in sub else "—"
+        md.append(f"| {v} | {buffer} | {share['produced']:.3f} | {share['resident']:.3f} | {share['sampled']:.3f} | "
                   f"{share['episodes']:.3f} | {_fmt(*point)} | {vs} |")  # fmt: skip
+    md += ["", returns_family.markdown(), "", shares_family.markdown(digits=3)]
     _learned_panel(axes[1], f, "variant")
     fig.suptitle("Are a slow worker's or a long-episode worker's transitions ignored? (CartPole-v1, UTD 1, 2 workers, "
                  "10 seeds per cell; shares: medians over seeds, 95% CI)")  # fmt: skip
@@ -229,7 +256,7 @@ def owed_updates(runs: pd.DataFrame) -> pd.Series:
     return np.floor(runs["utd"] * (runs["total_env_steps"] - runs["learning_starts"]) + 1e-9)
 
 
-def finding_writers(runs: pd.DataFrame) -> Finding:
+def finding_writers(runs: pd.DataFrame, hist: pd.DataFrame | None = None) -> Finding:
     """The single learner beside the naive writers, per cell (writers x workers x UTD): final return,
     divergence, lost-update fraction (``local_copies``) and raced-write fraction (``hogwild``)."""
     runs = runs.assign(diverged=runs["collapse"].eq("diverged"),
@@ -252,6 +279,20 @@ def finding_writers(runs: pd.DataFrame) -> Finding:
                         marker="x", color="black", zorder=3, label="raced writes" if j == 0 else None)  # fmt: skip
         axes[2].bar(xs, [g["diverged"].mean() if len(g) else np.nan for g in lost], width, label=w)
     base = {c: returns_of(runs[(runs["writers"] == "single") & (runs["cell"] == c)]) for c in cells}
+    family = Family("each naive setup minus the single learner, per cell; and the explanation: local copies of N "
+                    "workers at UTD u minus the single learner at UTD u/N (final return)", MARGIN_CARTPOLE)
+    for c in cells:
+        for w in order[1:]:
+            if len(base[c]):
+                family.difference(f"{c}: {w} minus single", returns_of(runs[(runs["writers"] == w) & (runs["cell"] == c)]),
+                                  base[c])  # fmt: skip
+    for n in (2, 4):
+        for u in (1.0, 4.0):
+            copies = runs[(runs["writers"] == "local_copies") & (runs["num_workers"] == n) & (runs["utd"] == u)]
+            single = runs[(runs["writers"] == "single") & (runs["num_workers"] == n) & np.isclose(runs["utd"], u / n)]
+            if len(copies) and len(single):
+                family.difference(f"local_copies, {n} workers, UTD {u:g} minus single, {n} workers, UTD {u / n:g}",
+                                  returns_of(copies), returns_of(single))  # fmt: skip
     for c in cells:
         for w in order:
             g = runs[(runs["writers"] == w) & (runs["cell"] == c)]
@@ -266,6 +307,7 @@ def finding_writers(runs: pd.DataFrame) -> Finding:
             md.append(f"| {c} | {w} | {len(g)} | {_fmt(*point)} | {int(g['diverged'].sum())}/{len(g)} | "
                       f"{np.median(lost):.3f} [{lost.min():.3f}, {lost.max():.3f}] | "
                       f"{np.median(_final(g, M.RACED_WRITE_FRAC)):.3f} | {exact}/{len(g)} | {vs} |")  # fmt: skip
+    md += ["", family.markdown()]
     for ax in axes:
         ax.set_xticks(range(len(cells)), cells, rotation=20)
         ax.legend(fontsize=8)
@@ -282,6 +324,9 @@ def finding_writers(runs: pd.DataFrame) -> Finding:
 DATA_FINDINGS = {
     "calibration": ("0. Calibration", ["calibration-cleanrl", "calibration-cleanrl_huber", "calibration-rlzoo",
                                        "calibration-rlzoo_bursts", "calibration-rlzoo_bursts_64"]),
+    "writers": ("1. Writers", ["writers-single", "writers-naive-utd1", "writers-naive-utd4"]),
+    "workers": ("2. Workers", ["workers-default"]),
+    "parallel": ("3. Parallel", ["parallel-default"]),
     "replay_ratio": ("4. Replay ratio", ["replay_ratio-cartpole", "replay_ratio-acrobot"]),
 }  # fmt: skip
 """The findings computed from the data committed under ``docs/data`` (:mod:`analysis.export`)."""
@@ -299,8 +344,13 @@ def data_findings(data: Path, names: list[str]) -> dict[str, Finding]:
             continue
         if name == "calibration":
             out[name] = finding_calibration(present)
-        else:
+        elif name == "replay_ratio":
             out[name] = finding_replay_ratio({ENV_OF[s]: v for s, v in present.items()})
+        else:
+            runs = pd.concat([r for r, _ in present.values()], ignore_index=True)
+            hist = pd.concat([h for _, h in present.values()], ignore_index=True)
+            function = {"writers": finding_writers, "workers": finding_workers, "parallel": finding_parallel}[name]
+            out[name] = function(runs, hist)
     return out
 
 
@@ -320,8 +370,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="docs", help="where the figures go")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if a table on the page differs from "
                    "what the data gives")  # fmt: skip
-    p.add_argument("--results", default=None, help="also the findings not yet exported, from this results folder's "
-                   "MLflow runs (1, 2, 3, 4b, 5 of 2026-12-04), printed")  # fmt: skip
     names = list(DATA_FINDINGS)
     p.add_argument("--only", nargs="*", choices=names, help="which of the data findings (default: all)")
     args = p.parse_args(argv)
@@ -347,46 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     page_path.write_text(page)
     print(f"{page_path}: tables of {sorted(findings)} written; figures under {args.out}")
-    if args.results:
-        print(legacy_findings(Path(args.results), Path(args.out)))
     return 0
-
-
-def legacy_findings(results: Path, out: Path) -> str:
-    """Findings 1, 2, 3, 4b and 5 of 2026-12-04, from a results folder's MLflow runs (their data was not
-    exported); their figures are saved, their tables returned."""
-    uri = f"sqlite:///{results.resolve() / 'mlflow.db'}"
-    sections = []
-
-    def study(experiment: str, name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-        try:
-            return load(uri, experiment, name)
-        except ValueError:  # the experiment was never run here
-            return pd.DataFrame(), pd.DataFrame()
-
-    def add(title: str, finding: Finding) -> None:
-        save(finding.figure, out / finding.filename)
-        sections.append(f"## {title}\n{finding.text}")
-
-    # the naive grid runs as one study per UTD; never also read an interrupted `writers-naive`: the same
-    # seeds of the same cells would count twice
-    parts = [study("writers", name)[0] for name in ("writers-single", "writers-naive-utd1", "writers-naive-utd4")]
-    if any(len(r) for r in parts):
-        add("Finding 1: one writer vs naive writers",
-            finding_writers(pd.concat([r for r in parts if not r.empty], ignore_index=True)))
-    runs, _ = study("workers", "workers-default")
-    if not runs.empty:
-        add("Finding 2: heterogeneous workers", finding_workers(runs))
-    runs, hist = study("parallel", "parallel-default")
-    if not runs.empty:
-        add("Finding 3: parallel vs serial", finding_parallel(runs, hist))
-    runs, _ = study("replay_ratio", "replay_ratio-target_period")
-    if not runs.empty:
-        add("Finding 4b: target period", finding_target_period(runs))
-    runs, hist = study("replay_ratio", "replay_ratio-sample_efficiency")
-    if not runs.empty:
-        sections.append("## Finding 5: sample efficiency\n" + finding_sample_efficiency(runs, hist))
-    return "\n\n".join(sections)
 
 
 if __name__ == "__main__":

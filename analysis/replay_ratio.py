@@ -3,7 +3,7 @@ target period's unit (gradient updates or env steps) x {plain, LayerNorm, head r
 schedule}, per env.
 
 The family of comparisons of one env, declared before reading the data and corrected together
-(Holm-Bonferroni on two-sided bootstrap p-values, alpha 0.05):
+(:class:`analysis.family.Family`: Holm-Bonferroni on two-sided bootstrap p-values, alpha 0.05):
 
 - the **UTD trend** of each (unit, variant): the least-squares slope of the cell IQM of the final
   return against log2 UTD (6 contrasts);
@@ -27,9 +27,10 @@ import numpy as np
 import pandas as pd
 
 from analysis.curves import auc_of, final_metric, soft_divergence_counts
+from analysis.family import Family
 from analysis.findings_common import Finding, fmt_ci
 from dqnlab import metrics as M
-from dqnlab.statistics import bootstrap_ci, bootstrap_difference, bootstrap_p_value, equivalent, holm, trend
+from dqnlab.statistics import bootstrap_ci, bootstrap_difference, trend
 
 VARIANTS = ["plain", "layernorm", "head_reset"]
 UNITS = ["updates", "env_steps"]
@@ -49,42 +50,29 @@ def _returns(runs: pd.DataFrame) -> np.ndarray:
     return v[np.isfinite(v)]
 
 
-def contrasts(runs: pd.DataFrame) -> pd.DataFrame:
-    """Every contrast of the family of one env with its estimate, 95% CI (unadjusted), bootstrap p and
-    Holm-adjusted p; ``kind`` is ``trend``, ``unit`` or ``mitigation``."""
-    cell = runs.groupby(["utd", "target_unit", "variant"])
-    values = {k: _returns(g) for k, g in cell}
+def contrasts(runs: pd.DataFrame, margin: float) -> Family:
+    """The family of one env (the module docstring says which contrasts, declared before the data)."""
+    values = {k: _returns(g) for k, g in runs.groupby(["utd", "target_unit", "variant"])}
     utds = sorted(runs["utd"].unique())
-    rows = []
-
-    def add(kind: str, what: str, estimate: float, draws: np.ndarray) -> None:
-        low, high = np.quantile(draws, [0.025, 0.975])
-        rows.append({"kind": kind, "contrast": what, "estimate": estimate, "low": low, "high": high,
-                     "p": bootstrap_p_value(draws), "draws": draws})  # fmt: skip
-
+    family = Family("replay ratio", margin, reps=REPS)
     for unit in UNITS:
         for v in VARIANTS:
             cells = [values.get((u, unit, v), np.array([])) for u in utds]
             if len(utds) >= 2 and all(len(c) for c in cells):
                 slope, draws = trend(np.log2(utds), cells, reps=REPS)
-                add("trend", f"UTD trend, target in {unit}, {v} (return per doubling of UTD)", slope, draws)
+                family.add(f"UTD trend, target in {unit}, {v} (return per doubling of UTD)", slope, draws,
+                           testable_equivalence=False)  # fmt: skip
     for v in VARIANTS:
         for u in utds:
-            x, y = values.get((u, "env_steps", v), []), values.get((u, "updates", v), [])
-            if u != 1.0 and len(x) and len(y):
-                d, draws = bootstrap_difference(x, y, reps=REPS)
-                add("unit", f"UTD {u:g}, {v}: target in env steps minus in updates", d, draws)
+            if u != 1.0:
+                family.difference(f"UTD {u:g}, {v}: target in env steps minus in updates",
+                                  values.get((u, "env_steps", v), []), values.get((u, "updates", v), []))  # fmt: skip
     for unit in UNITS:
         for v in VARIANTS[1:]:
             for u in utds:
-                x, y = values.get((u, unit, v), []), values.get((u, unit, "plain"), [])
-                if len(x) and len(y):
-                    d, draws = bootstrap_difference(x, y, reps=REPS)
-                    add("mitigation", f"UTD {u:g}, target in {unit}: {v} minus plain", d, draws)
-    out = pd.DataFrame(rows)
-    if not out.empty:
-        out["p_holm"] = holm(out["p"].to_numpy())
-    return out
+                family.difference(f"UTD {u:g}, target in {unit}: {v} minus plain", values.get((u, unit, v), []),
+                                  values.get((u, unit, "plain"), []))  # fmt: skip
+    return family
 
 
 def noise_floor(runs: pd.DataFrame) -> pd.DataFrame:
@@ -145,24 +133,12 @@ def finding_replay_ratio(studies: dict[str, tuple[pd.DataFrame, pd.DataFrame]]) 
             md.append(f"| {r.utd:g} | {r.target_unit} | {r.variant} | {fmt_ci(*r.final)} | {fmt_ci(*r.auc)} | "
                       f"{r.diverged[0]}/{r.n} / {r.diverged[1]}/{r.n} | {_q(r.q_max)} | {r.srank:.0f} | "
                       f"{r.dormant:.2f} | {r.target_updates:.0f} | {r.resets:.0f} |")  # fmt: skip
-        family = contrasts(runs)
+        family = contrasts(runs, MARGIN.get(env, float("nan")))
         floor = noise_floor(runs)
         md += ["", "Noise floor (UTD 1, the two units are one configuration, same seeds; difference of IQMs "
                    "[95% CI]): " + "; ".join(f"{f.variant} {f.difference:+.0f} [{f.low:.0f}, {f.high:.0f}]"
-                                              for f in floor.itertuples()) + ".", ""]  # fmt: skip
-        md += [f"Family of {len(family)} contrasts, Holm-corrected (significant: adjusted p < 0.05; 'equivalent': TOST "
-               f"within ±{MARGIN.get(env, float('nan')):.0f} at the family-corrected level):", "",
-               "| contrast | estimate [95% CI] | p | Holm p | verdict |", "|---|---|---|---|---|"]  # fmt: skip
-        m = max(len(family), 1)
-        for c in family.itertuples():
-            if c.p_holm < 0.05:
-                word = "significant"
-            elif c.kind != "trend" and equivalent(c.draws, MARGIN.get(env, 0.0), alpha=0.05 / m):
-                word = "equivalent"
-            else:
-                word = "inconclusive"
-            md.append(f"| {c.contrast} | {c.estimate:+.1f} [{c.low:.1f}, {c.high:.1f}] | {c.p:.3f} | {c.p_holm:.3f} | "
-                      f"{word} |")  # fmt: skip
+                                             for f in floor.itertuples()) + ".", ""]  # fmt: skip
+        md += [family.markdown(digits=1), ""]
         _draw(axrow, cells, env)
     axes[0][0].legend(fontsize=7, ncol=2)
     fig.suptitle("What does a higher replay ratio do, with the target period held in updates (dashed) or in env steps "

@@ -29,7 +29,8 @@ COLLECTION = {
 PRESETS = {
     "default": {
         "base": dict(env_id="CartPole-v1", total_env_steps=20_000, learning_starts=1000, eval_every_steps=1000,
-                     eval_episodes=5, log_every=250, utd=1.0, target_period=500, replicas=10),  # fmt: skip
+                     eval_episodes=10, log_every=250, utd=1.0, target_period=500, target_unit="env_steps",
+                     replicas=10),  # fmt: skip
         "grid": {"variant": list(COLLECTION)},
         "variants": COLLECTION,
         "jobs": 1,  # one trial at a time: a free run's realised UTD depends on the cores it gets

@@ -8,7 +8,10 @@ after each step (the learner paces each worker at ~1-2 ms a step here, so it is 
 than its peer). Long episodes: worker 0's episodes are cut at 20 steps while worker 1 keeps
 CartPole's 500, so worker 1's episodes run several to 10x longer (a longer limit alone does not
 bind: at these returns episodes end by termination long before 500). The ``episodes`` worker share
-measures the difference: a worker with long episodes finishes few of them.
+measures the difference: a worker with long episodes finishes few of them. Each setup runs with the
+default buffer (100,000: larger than the run, nothing is evicted) and with a 4,000-transition buffer
+that FIFO eviction turns over four times (``*_evicting``). (dqnlab's actors write into the shared ring
+directly: there is no queue between actor and buffer to bound.)
 """
 
 import sys
@@ -25,11 +28,16 @@ WORKERS = {
     "one_long_episodes": {"worker_step_delay_s": (), "worker_max_episode_steps": (20, 0)},
     "slow_and_long": {"worker_step_delay_s": (0.0, 0.008), "worker_max_episode_steps": (20, 0)},
 }
+EVICTING = 4000
+"""A buffer a fifth of the run: FIFO eviction turns it over four times (the users' real risk: is a slow
+worker's data evicted before it is sampled?)."""
+WORKERS.update({f"{name}_evicting": {**fields, "buffer_capacity": EVICTING} for name, fields in list(WORKERS.items())})
 
 PRESETS = {
     "default": {
         "base": dict(env_id="CartPole-v1", total_env_steps=20_000, learning_starts=1000, eval_every_steps=1000,
-                     eval_episodes=5, log_every=250, utd=1.0, num_workers=2, target_period=500, replicas=10),  # fmt: skip
+                     eval_episodes=10, log_every=250, utd=1.0, num_workers=2, target_period=500,
+                     target_unit="env_steps", replicas=10),  # fmt: skip
         "grid": {"variant": list(WORKERS)},
         "variants": WORKERS,
         "jobs": 1,  # one trial at a time: worker speeds are the subject

@@ -7,8 +7,10 @@ beside the naive setups, measured on the same env, network and replay ratio.
     python sweeps/writers.py --preset naive --axis utd=4 --study-name writers-naive-utd4   # one study per UTD
     python sweeps/writers.py --preset smoke
 
-CartPole-v1, 8,000 env steps, 2 and 4 workers, UTD 1 and 4. Trials run one at a time: how often
-writes race depends on the cores each worker gets.
+CartPole-v1, 10,000 env steps, 2 and 4 workers, UTD 1 and 4 (the single learner also at UTD 1/4 and
+1/2, to test the explanation the finding gives); target copied every 500 env steps; 20 evaluations
+of 10 greedy episodes. Trials run one at a time: how often writes race depends on the cores each
+worker gets.
 """
 
 import sys
@@ -19,13 +21,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from analysis.report import build_report  # noqa: E402
 from dqnlab.study.cli import sweep_main  # noqa: E402
 
-BASE = dict(env_id="CartPole-v1", total_env_steps=8000, learning_starts=1000, eval_every_steps=1000, eval_episodes=5,
-            log_every=250, target_period=500)  # fmt: skip
+BASE = dict(env_id="CartPole-v1", total_env_steps=10_000, learning_starts=1000, eval_every_steps=500, eval_episodes=10,
+            log_every=250, target_period=500, target_unit="env_steps")  # fmt: skip
+# the target period in env steps: a lower UTD (the single learner at 1/N) keeps the same copies per env step
 
 PRESETS = {
+    # UTD 1/4 and 1/2 test finding 1's explanation: local copies of N workers at UTD 1 keep ~1/N of their
+    # updates, so they should score like the single learner at UTD 1/N
     "single": {
         "base": dict(BASE, writers="single", replicas=10),
-        "grid": {"num_workers": [2, 4], "utd": [1.0, 4.0]},
+        "grid": {"num_workers": [2, 4], "utd": [0.25, 0.5, 1.0, 4.0]},
         "jobs": 1,
     },
     "naive": {
