@@ -1,0 +1,259 @@
+"""The recorder a user adds to their own parallel DQN: a few calls where transitions are produced,
+sampled and learned from, and where parameters are read and written. Every process that calls it
+(forked, spawned, or started any other way) opens the same folder and appends its own event file;
+:mod:`dqnlab.audit.report` merges them, in time order, into the measurements dqnlab's engine reports.
+
+Hot path: numpy only, no lock, no inter-process traffic. Counts are kept in the process and written
+as cumulative snapshots at most every ``flush_every_s`` seconds; what needs an order across
+processes (updates, parameter reads and writes) is one 48-byte record each, buffered and appended in
+blocks. Timestamps are ``time.monotonic()``, one clock for every process of a Linux machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+from dqnlab.audit.tags import MAX_WORKERS, lag, pack, worker_of
+
+EVENT = np.dtype([("t", "f8"), ("kind", "i4"), ("who", "i4"), ("a", "f8"), ("b", "f8"), ("c", "f8")])
+"""One event: its time, kind, the worker or writer it concerns, and up to three numbers."""
+# kinds; for each: who, a, b, c
+PRODUCED = 1  # worker; env steps it produced (cumulative, this process); episodes it finished (cumulative)
+SAMPLED = 2  # worker; batch elements drawn from it (cumulative, this process)
+LAG = 3  # -1; sum of policy lags (cumulative); max lag (so far); batch elements (cumulative)
+RESIDENT = 4  # worker; its transitions resident in the buffer now (a snapshot from one call)
+UPDATE = 5  # writer; its updates (cumulative, this process); TD loss of this update (NaN if not given)
+SYNC = 6  # writer: its copy took the shared parameters
+WRITE = 7  # writer: its whole copy replaced the shared parameters (last writer wins)
+WRITE_BEGIN = 8  # writer: a write into the shared parameters starts (in place: hogwild, pushed gradients)
+WRITE_END = 9  # writer: it ends
+DIAG = 10  # diagnostic id (DIAG_NAMES); its value
+CONFIG = 11  # -1; gamma; reward bound (NaN: from the rewards); learning starts (env steps)
+REWARD = 12  # -1; largest |reward| seen by this process so far
+DIAG_NAMES = ("q_mean", "q_max", "q_min", "q_p05", "q_p50", "q_p95", "q_abs_max_current", "srank_current",
+              "dormant_frac_tau0_current", "dormant_frac_tau0.1_current", "td_loss")  # fmt: skip
+BLOCK = 4096
+
+
+class Audit:
+    """Record one training run's events into ``folder`` (created; every process of the run opens the
+    same folder with the same arguments).
+
+    - actors: ``tag = audit.produced(worker, version, episode_end)`` (or :meth:`produced_batch` for a
+      vector of envs); keep ``tag`` beside the transition in your buffer;
+    - learner: ``audit.sampled(batch_tags, version, obs=batch_obs)`` when a batch is drawn,
+      ``audit.updated(writer, td_loss)`` after each gradient update;
+    - several writers: ``audit.synced(writer)`` after a copy takes the shared parameters,
+      ``audit.wrote(writer)`` after it writes its whole copy back, or ``with audit.writing(writer):``
+      around an in-place write (lock-free optimizer steps, pushed gradients);
+    - now and then: ``audit.resident(tags_in_buffer)``.
+
+    ``q_fn(obs) -> (N, A)`` (and ``features_fn(obs) -> (N, d)``, the penultimate layer) turn on the Q
+    statistics and collapse signs, measured every ``diag_every_updates`` updates on the latest
+    sampled batch (current data). ``gamma``/``reward_bound`` set what the env can pay (soft
+    divergence); ``learning_starts`` (env steps) is subtracted in the realised UTD, as dqnlab does."""
+
+    def __init__(self, folder: str | Path, *, gamma: float = 0.99, reward_bound: float | None = None,
+                 learning_starts: int = 0, q_fn: Callable | None = None, features_fn: Callable | None = None,
+                 diag_every_updates: int = 250, flush_every_s: float = 1.0):  # fmt: skip
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.q_fn, self.features_fn = q_fn, features_fn
+        self.diag_every = max(1, int(diag_every_updates))
+        self.flush_every_s = flush_every_s
+        self._pid = None
+        self._config = (gamma, np.nan if reward_bound is None else float(reward_bound), float(learning_starts))
+        self._open()
+
+    # --- per process ------------------------------------------------------------------------------
+    def _open(self) -> None:
+        """A file and counters of this process's own (a forked child reopens at its first call)."""
+        self._pid = os.getpid()
+        self._path = self.folder / f"events-{self._pid}-{uuid.uuid4().hex[:8]}.bin"
+        self._buf = np.zeros(BLOCK, dtype=EVENT)
+        self._n = 0
+        self._produced = np.zeros(MAX_WORKERS, dtype=np.int64)
+        self._episodes = np.zeros(MAX_WORKERS, dtype=np.int64)
+        self._seq = np.zeros(MAX_WORKERS, dtype=np.int64)
+        self._sampled = np.zeros(MAX_WORKERS, dtype=np.int64)
+        self._lag_sum, self._lag_max, self._lag_n = 0, 0, 0
+        self._updates: dict[int, int] = {}
+        self._reward_max = 0.0
+        self._dirty = False
+        self._last_flush = time.monotonic()
+        self._calls = 0
+        self._obs = None
+        self._emit(CONFIG, -1, *self._config)
+
+    def _check_process(self) -> None:
+        if os.getpid() != self._pid:  # a forked child: its own file, counters from zero
+            self._open()
+
+    def _emit(self, kind: int, who: int, a: float = np.nan, b: float = np.nan, c: float = np.nan) -> None:
+        if self._n == BLOCK:
+            self._write_block()
+        row = self._buf[self._n]
+        row["t"], row["kind"], row["who"], row["a"], row["b"], row["c"] = time.monotonic(), kind, who, a, b, c
+        self._n += 1
+
+    def _write_block(self) -> None:
+        with open(self._path, "ab") as fh:
+            self._buf[: self._n].tofile(fh)
+        self._n = 0
+
+    def _tick(self) -> None:
+        """Write the cumulative counts now and then (checked every 64 calls: a clock read costs ~50 ns)."""
+        self._calls += 1
+        if self._calls & 63 == 0 and time.monotonic() - self._last_flush >= self.flush_every_s:
+            self.flush()
+
+    # --- actors ----------------------------------------------------------------------------------
+    def produced(self, worker: int, version: int, episode_end: bool = False, reward: float | None = None) -> int:
+        """One transition produced by ``worker`` with an action chosen by parameter ``version``; returns its
+        tag (keep it with the transition)."""
+        self._check_process()
+        seq = self._seq[worker]
+        self._seq[worker] = seq + 1
+        self._produced[worker] += 1
+        if episode_end:
+            self._episodes[worker] += 1
+        if reward is not None and abs(reward) > self._reward_max:
+            self._reward_max = abs(reward)
+        self._dirty = True
+        self._tick()
+        return int(pack(worker, version, seq))
+
+    def produced_batch(self, worker: int, version: int, episode_ends, rewards=None) -> np.ndarray:
+        """``len(episode_ends)`` transitions of one worker's vector of envs, one step each; their tags."""
+        self._check_process()
+        ends = np.asarray(episode_ends, dtype=bool)
+        n = ends.size
+        seq = self._seq[worker]
+        self._seq[worker] = seq + n
+        self._produced[worker] += n
+        self._episodes[worker] += int(ends.sum())
+        if rewards is not None:
+            self._reward_max = max(self._reward_max, float(np.abs(rewards).max(initial=0.0)))
+        self._dirty = True
+        self._tick()
+        return pack(worker, version, seq + np.arange(n))
+
+    # --- learner ---------------------------------------------------------------------------------
+    def sampled(self, tags, version: int, obs=None) -> None:
+        """A batch drawn for an update made by parameter ``version`` (its tags; ``obs``, its states, are
+        kept for the Q diagnostics)."""
+        self._check_process()
+        tags = np.asarray(tags, dtype=np.int64).ravel()
+        self._sampled += np.bincount(worker_of(tags), minlength=MAX_WORKERS)[:MAX_WORKERS]
+        lags = lag(tags, version)
+        self._lag_sum += int(lags.sum())
+        self._lag_max = max(self._lag_max, int(lags.max(initial=0)))
+        self._lag_n += tags.size
+        if obs is not None:
+            self._obs = obs
+        self._dirty = True
+        self._tick()
+
+    def updated(self, writer: int = 0, td_loss: float | None = None) -> None:
+        """``writer`` applied one gradient update (to its copy, or to the shared parameters in place)."""
+        self._check_process()
+        count = self._updates.get(writer, 0) + 1
+        self._updates[writer] = count
+        self._emit(UPDATE, writer, count, np.nan if td_loss is None else float(td_loss))
+        if count % self.diag_every == 0:
+            if self.q_fn is not None and self._obs is not None:
+                self._diagnostics(td_loss)
+            self.flush()  # this process's counts, fresh at the report's log points
+        self._tick()
+
+    def synced(self, writer: int) -> None:
+        """``writer``'s copy now holds the shared parameters (call it right after reading them)."""
+        self._check_process()
+        self._emit(SYNC, writer)
+
+    def wrote(self, writer: int) -> None:
+        """``writer``'s whole copy replaced the shared parameters (call it right after writing)."""
+        self._check_process()
+        self._emit(WRITE, writer)
+
+    @contextlib.contextmanager
+    def writing(self, writer: int) -> Iterator[None]:
+        """Around an in-place write into the shared parameters (a lock-free optimizer step, a pushed
+        gradient): two writes whose spans overlap raced."""
+        self._check_process()
+        self._emit(WRITE_BEGIN, writer)
+        try:
+            yield
+        finally:
+            self._emit(WRITE_END, writer)
+
+    def resident(self, tags) -> None:
+        """The tags of every transition in the buffer now (its resident share per worker)."""
+        self._check_process()
+        counts = np.bincount(worker_of(np.asarray(tags, dtype=np.int64).ravel()), minlength=MAX_WORKERS)
+        for w in np.flatnonzero(counts):
+            self._emit(RESIDENT, int(w), float(counts[w]))
+        self._emit(RESIDENT, -1, float(counts.sum()))  # marks the snapshot complete (workers not listed: 0)
+
+    def _diagnostics(self, td_loss: float | None) -> None:
+        from dqnlab.agent.diagnostics import dormant_fractions, srank
+
+        q = np.asarray(self.q_fn(self._obs), dtype=np.float64)
+        values = {"q_mean": q.mean(), "q_max": q.max(), "q_min": q.min(), "q_abs_max_current": np.abs(q).max()}
+        values.update(zip(("q_p05", "q_p50", "q_p95"), np.quantile(q, [0.05, 0.5, 0.95])))
+        if self.features_fn is not None:
+            phi = np.asarray(self.features_fn(self._obs), dtype=np.float64)
+            values["srank_current"] = srank(phi)
+            fractions = dormant_fractions([phi])
+            values["dormant_frac_tau0_current"] = fractions["dormant_frac_tau0"]
+            values["dormant_frac_tau0.1_current"] = fractions["dormant_frac_tau0.1"]
+        if td_loss is not None:
+            values["td_loss"] = td_loss
+        for name, v in values.items():
+            self._emit(DIAG, DIAG_NAMES.index(name), float(v))
+
+    # --- writing out -------------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Write this process's cumulative counts and every buffered event to its file."""
+        self._check_process()
+        self._last_flush = time.monotonic()
+        if self._dirty:
+            for w in np.flatnonzero(self._produced):
+                self._emit(PRODUCED, int(w), float(self._produced[w]), float(self._episodes[w]))
+            for w in np.flatnonzero(self._sampled):
+                self._emit(SAMPLED, int(w), float(self._sampled[w]))
+            if self._lag_n:
+                self._emit(LAG, -1, float(self._lag_sum), float(self._lag_max), float(self._lag_n))
+            if self._reward_max:
+                self._emit(REWARD, -1, self._reward_max)
+            self._dirty = False
+        if self._n:
+            self._write_block()
+
+    close = flush
+
+    def __enter__(self) -> Audit:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.flush()
+
+
+def read_events(folder: str | Path) -> tuple[np.ndarray, np.ndarray]:
+    """Every event of every process of a run in time order (ties: file, then file order), and the index
+    of the file (the process) each came from."""
+    files = sorted(Path(folder).glob("events-*.bin"))
+    parts = [np.fromfile(f, dtype=EVENT) for f in files]
+    if not parts or not sum(p.size for p in parts):
+        raise FileNotFoundError(f"{folder}: no audit events (events-*.bin); did the run call Audit(...).flush()?")
+    events = np.concatenate(parts)
+    source = np.concatenate([np.full(p.size, i) for i, p in enumerate(parts)])
+    order = np.lexsort((np.arange(events.size), source, events["t"]))
+    return events[order], source[order]

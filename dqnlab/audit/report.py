@@ -1,0 +1,286 @@
+"""What an audited run measured, from its event files: the report dqnlab's engine gives, in its metric
+vocabulary (:mod:`dqnlab.metrics`): per-worker produced, resident, sampled and episode shares, policy
+lag, the realised UTD over time, lost updates and raced writes, TD loss, Q statistics and collapse
+signs on current data; as a table over time, a console summary, a figure and MLflow metrics.
+
+Lost updates are reconstructed exactly from the order of events (:func:`lineage`): every update gets
+an id; a writer that writes its copy back keeps the ids its copy holds, a writer that never does
+applies its updates to the shared parameters in place; a read (``synced``) makes a copy the shared
+parameters, a write (``wrote``) makes the shared parameters the copy. An update is lost when the
+shared parameters no longer hold it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dqnlab import metrics as M
+from dqnlab.audit.recorder import (
+    CONFIG,
+    DIAG,
+    DIAG_NAMES,
+    LAG,
+    PRODUCED,
+    RESIDENT,
+    REWARD,
+    SAMPLED,
+    SYNC,
+    UPDATE,
+    WRITE,
+    WRITE_BEGIN,
+    WRITE_END,
+    read_events,
+)
+
+
+@dataclass
+class _State:
+    produced: dict = field(default_factory=dict)  # (source, worker) -> cumulative env steps
+    episodes: dict = field(default_factory=dict)
+    sampled: dict = field(default_factory=dict)  # (source, worker) -> cumulative batch elements
+    lag: dict = field(default_factory=dict)  # source -> (sum, max, n)
+    resident: dict = field(default_factory=dict)  # worker -> transitions, the latest complete snapshot
+    pending_resident: dict = field(default_factory=dict)
+    updates: int = 0
+    td_losses: list = field(default_factory=list)
+    diag: dict = field(default_factory=dict)
+    reward_max: float = 0.0
+    writes: int = 0
+    raced: int = 0
+    open_writes: dict = field(default_factory=dict)  # writer -> raced so far
+
+
+class Lineage:
+    """Which updates the shared parameters hold (bit ``i``: update ``i``), given the writers that write
+    whole copies back (the others apply updates in place)."""
+
+    def __init__(self, copy_writers: set[int]):
+        self.copy_writers = copy_writers
+        self.shared = 0
+        self.copies: dict[int, int] = {}
+        self.published = 0
+        """Updates that reached the shared parameters at some point (written back, or applied in place)."""
+        self.applied = 0
+
+    def update(self, writer: int) -> None:
+        bit = 1 << self.applied
+        self.applied += 1
+        if writer in self.copy_writers:
+            self.copies[writer] = self.copies.get(writer, 0) | bit
+        else:
+            self.shared |= bit
+            self.published |= bit
+
+    def sync(self, writer: int) -> None:
+        self.copies[writer] = self.shared
+
+    def write(self, writer: int) -> None:
+        self.shared = self.copies.get(writer, 0)
+        self.published |= self.shared
+
+    @property
+    def lost(self) -> int:
+        """Updates that reached the shared parameters and were overwritten since (an update still only in
+        a copy, about to be written, is not counted)."""
+        return (self.published & ~self.shared).bit_count()
+
+    @property
+    def missing(self) -> int:
+        """Updates applied whose effect the shared parameters do not hold: at the end of a run, the exact
+        lost count (what the final parameters lack)."""
+        return self.applied - self.shared.bit_count()
+
+
+def lineage(events: np.ndarray) -> Lineage:
+    """The lineage after every UPDATE, SYNC and WRITE of ``events`` (in time order)."""
+    book = Lineage({int(w) for w in events["who"][events["kind"] == WRITE]})
+    for e in events[np.isin(events["kind"], (UPDATE, SYNC, WRITE))]:
+        {UPDATE: book.update, SYNC: book.sync, WRITE: book.write}[int(e["kind"])](int(e["who"]))
+    return book
+
+
+@dataclass
+class AuditReport:
+    """``timeline``: one row per log point (every ``every_updates`` updates and at the end), its columns
+    named as dqnlab names them; ``final``: its last row; ``workers``: the worker ids seen."""
+
+    timeline: pd.DataFrame
+    workers: list[int]
+    config: dict[str, float]
+
+    @property
+    def final(self) -> dict[str, float]:
+        return {k: v for k, v in self.timeline.iloc[-1].items() if not (isinstance(v, float) and math.isnan(v))}
+
+    def summary(self) -> str:
+        f = self.final
+        lines = [f"audit: {f.get(M.ENV_STEPS, 0):.0f} env steps, {f.get(M.UPDATES, 0):.0f} updates, realised UTD "
+                 f"{f.get(M.UTD_REALISED, math.nan):.4f} (updates / (env steps - learning starts "
+                 f"{self.config['learning_starts']:.0f}))"]  # fmt: skip
+        if M.POLICY_LAG_RUN_MEAN in f:
+            lag_max = f.get(M.POLICY_LAG_RUN_MAX, 0)
+            lines.append(f"policy lag: mean {f[M.POLICY_LAG_RUN_MEAN]:.1f}, max {lag_max:.0f} updates")
+        lines.append(f"lost updates: {f.get(M.LOST_UPDATES, 0):.0f} ({f.get(M.LOST_UPDATE_FRAC, 0):.1%} of the updates"
+                     f"; effective UTD {f.get('utd_effective', math.nan):.4f}); raced writes: "
+                     f"{f.get(M.RACED_WRITE_FRAC, 0):.1%}")  # fmt: skip
+        lines.append("worker  produced  resident  sampled  episodes")
+        for w in self.workers:
+            row = [f.get(M.worker_share(w, k), math.nan) for k in M.SHARE_KINDS]
+            lines.append(f"{w:>6}  " + "  ".join(f"{v:8.3f}" for v in row))
+        q = [f"{n}={f[n]:.3g}" for n in (M.TD_LOSS, M.Q_MEAN, M.Q_MAX, M.Q_ABS_MAX_CURRENT, M.SRANK_CURRENT,
+                                          M.DORMANT_CURRENT[0.1], M.SOFT_DIVERGENCE) if n in f]  # fmt: skip
+        if q:
+            lines.append("Q on current data: " + " ".join(q))
+        return "\n".join(lines)
+
+    def figure(self):
+        import matplotlib.pyplot as plt
+
+        t = self.timeline
+        fig, axes = plt.subplots(1, 4, figsize=(20, 4.2))
+        shares = pd.DataFrame({k: [self.final.get(M.worker_share(w, k), 0.0) for w in self.workers]
+                               for k in M.SHARE_KINDS}, index=[f"worker {w}" for w in self.workers])  # fmt: skip
+        shares.plot.bar(ax=axes[0], rot=0)
+        axes[0].set(ylabel="share (fraction)", title="each worker's share")
+        axes[1].plot(t[M.ENV_STEPS], t[M.UTD_REALISED], label="realised")
+        if "utd_effective" in t:
+            axes[1].plot(t[M.ENV_STEPS], t["utd_effective"], label="effective (updates kept)")
+        axes[1].set(xlabel="env steps", ylabel="updates per env step", title="replay ratio")
+        axes[1].legend(fontsize=8)
+        if M.POLICY_LAG_RUN_MEAN in t:
+            axes[2].plot(t[M.ENV_STEPS], t[M.POLICY_LAG_RUN_MEAN])
+        axes[2].set(xlabel="env steps", ylabel="updates", title="policy lag (mean so far)")
+        axes[3].plot(t[M.ENV_STEPS], t[M.LOST_UPDATE_FRAC], label="lost updates")
+        axes[3].plot(t[M.ENV_STEPS], t[M.RACED_WRITE_FRAC], label="raced writes")
+        axes[3].set(xlabel="env steps", ylabel="fraction", title="overwritten updates, raced writes")
+        axes[3].legend(fontsize=8)
+        fig.tight_layout()
+        return fig
+
+    def log_mlflow(self, tracking_uri: str | None = None, experiment: str = "audit", run_name: str | None = None) -> str:
+        """Every timeline row as MLflow metrics (``<section>/<name>``, step = env steps) in a new run of
+        ``experiment``; returns its id."""
+        from mlflow.entities import Metric
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking_uri)
+        exp = client.get_experiment_by_name(experiment)
+        exp_id = exp.experiment_id if exp else client.create_experiment(experiment)
+        run_id = client.create_run(exp_id, run_name=run_name, tags={"dqnlab.role": "audit"}).info.run_id
+        batch = []
+        for _, row in self.timeline.iterrows():
+            step = int(row[M.ENV_STEPS])
+            for k, v in row.items():
+                if isinstance(v, (int, float, np.floating)) and math.isfinite(v):
+                    batch.append(Metric(_key(k), float(v), 0, step))
+        for i in range(0, len(batch), 1000):
+            client.log_batch(run_id, metrics=batch[i : i + 1000])
+        client.set_terminated(run_id)
+        return run_id
+
+
+def _key(name: str) -> str:
+    try:
+        return M.display_key(name)
+    except KeyError:
+        return f"audit/{name}"
+
+
+def report(folder: str | Path, every_updates: int | None = None) -> AuditReport:
+    """Reconstruct an audited run from its event files (see the module docstring)."""
+    events, source = read_events(folder)
+    config = {"gamma": 0.99, "reward_bound": math.nan, "learning_starts": 0.0}
+    cfg = events[events["kind"] == CONFIG]
+    if cfg.size:
+        config = {"gamma": float(cfg["a"][0]), "reward_bound": float(cfg["b"][0]), "learning_starts": float(cfg["c"][0])}
+    total_updates = int((events["kind"] == UPDATE).sum())
+    every = every_updates or max(1, total_updates // 100)
+    book = Lineage({int(w) for w in events["who"][events["kind"] == WRITE]})
+    s, rows = _State(), []
+    workers: set[int] = set()
+    for e, src in zip(events, source):
+        kind, who = int(e["kind"]), int(e["who"])
+        if kind == PRODUCED:
+            s.produced[(src, who)], s.episodes[(src, who)] = e["a"], e["b"]
+            workers.add(who)
+        elif kind == SAMPLED:
+            s.sampled[(src, who)] = e["a"]
+        elif kind == LAG:
+            s.lag[src] = (e["a"], e["b"], e["c"])
+        elif kind == RESIDENT:
+            if who >= 0:
+                s.pending_resident[who] = e["a"]
+            else:
+                s.resident, s.pending_resident = s.pending_resident, {}
+        elif kind == REWARD:
+            s.reward_max = max(s.reward_max, e["a"])
+        elif kind == DIAG:
+            s.diag[DIAG_NAMES[who]] = e["a"]
+        elif kind in (UPDATE, SYNC, WRITE):
+            {UPDATE: book.update, SYNC: book.sync, WRITE: book.write}[kind](who)
+            if kind == UPDATE:
+                s.updates += 1
+                if not math.isnan(e["b"]):
+                    s.td_losses.append(e["b"])
+                if s.updates % every == 0:
+                    rows.append(_row(s, book, e["t"], config, workers))
+        elif kind == WRITE_BEGIN:
+            if s.open_writes:
+                s.open_writes = dict.fromkeys(s.open_writes, True)
+            s.open_writes[who] = bool(s.open_writes)
+        elif kind == WRITE_END and who in s.open_writes:
+            s.writes += 1
+            s.raced += s.open_writes.pop(who)
+    last = _row(s, book, events["t"][-1], config, workers)
+    env_steps, starts = last[M.ENV_STEPS], config["learning_starts"]
+    last[M.LOST_UPDATES] = book.missing  # the end: what the final parameters lack
+    last[M.LOST_UPDATE_FRAC] = book.missing / s.updates if s.updates else 0.0
+    last["utd_effective"] = (s.updates - book.missing) / (env_steps - starts) if env_steps > starts else math.nan
+    rows.append(last)
+    timeline = pd.DataFrame(rows).drop_duplicates(subset=[M.UPDATES, M.ENV_STEPS], keep="last").reset_index(drop=True)
+    return AuditReport(timeline, sorted(workers), config)
+
+
+def _row(s: _State, book: Lineage, t: float, config: dict, workers: set[int]) -> dict[str, float]:
+    produced = _by_worker(s.produced)
+    env_steps = sum(produced.values())
+    starts = config["learning_starts"]
+    row: dict[str, float] = {M.ENV_STEPS: env_steps, M.UPDATES: s.updates, M.TIME_S: t}
+    row[M.UTD_REALISED] = s.updates / (env_steps - starts) if env_steps > starts else math.nan
+    row[M.LOST_UPDATES] = book.lost
+    row[M.LOST_UPDATE_FRAC] = book.lost / s.updates if s.updates else 0.0
+    row["utd_effective"] = (s.updates - book.lost) / (env_steps - starts) if env_steps > starts else math.nan
+    row[M.RACED_WRITE_FRAC] = s.raced / s.writes if s.writes else 0.0
+    lag_sum = sum(v[0] for v in s.lag.values())
+    lag_n = sum(v[2] for v in s.lag.values())
+    if lag_n:
+        row[M.POLICY_LAG_RUN_MEAN] = lag_sum / lag_n
+        row[M.POLICY_LAG_RUN_MAX] = max(v[1] for v in s.lag.values())
+    episodes, sampled = _by_worker(s.episodes), _by_worker(s.sampled)
+    for kind, counts in (("produced", produced), ("resident", s.resident), ("sampled", sampled), ("episodes", episodes)):
+        total = sum(counts.values())
+        for w in workers:
+            row[M.worker_share(w, kind)] = counts.get(w, 0.0) / total if total else math.nan
+    if s.td_losses:
+        row[M.TD_LOSS] = float(np.mean(s.td_losses))
+        s.td_losses.clear()
+    for name, v in s.diag.items():
+        row[name] = v
+    bound = config["reward_bound"] if math.isfinite(config["reward_bound"]) else (s.reward_max or math.nan)
+    if M.Q_ABS_MAX_CURRENT in s.diag and math.isfinite(bound):
+        limit = 1.5 * bound / (1.0 - config["gamma"])
+        row[M.Q_LIMIT] = limit
+        row[M.SOFT_DIVERGENCE] = float(not math.isfinite(s.diag[M.Q_ABS_MAX_CURRENT]) or s.diag[M.Q_ABS_MAX_CURRENT] > limit)
+    return row
+
+
+def _by_worker(counts: dict) -> dict[int, float]:
+    out: dict[int, float] = {}
+    for (_, w), v in counts.items():
+        out[w] = out.get(w, 0.0) + float(v)
+    return out

@@ -1,0 +1,134 @@
+"""dqnlab.audit measures what it says: fed dqnlab's own engine (its events recorded from inside the
+engine's processes), it reports the engine's own shares, policy lag, realised UTD and lost updates."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from small import small_config
+
+from dqnlab import metrics as M
+from dqnlab.audit import Audit, report
+from dqnlab.audit.report import Lineage
+from dqnlab.audit.tags import lag, pack, version_of, worker_of
+from dqnlab.engine import train
+
+
+def test_tags_round_trip_worker_and_version_and_lag_wraps_correctly():
+    tags = pack([0, 7, 2047], [0, 123_456, (1 << 28) + 5], [0, 99, (1 << 24) + 3])
+    assert list(worker_of(tags)) == [0, 7, 2047]
+    assert list(version_of(tags)) == [0, 123_456, 5]  # versions are kept modulo 2^28
+    assert list(lag(tags, 123_460)) == [123_460, 4, 123_455]
+
+
+def test_the_lineage_counts_an_overwrite_exactly_and_not_an_update_about_to_be_written():
+    book = Lineage(copy_writers={0, 1})
+    book.sync(0), book.sync(1)
+    for _ in range(3):
+        book.update(0)
+        assert book.lost == 0  # still only in A's copy: not overwritten, about to be written
+        book.write(0)
+    book.sync(1)
+    book.update(1), book.write(1)  # B built on A's three
+    assert book.lost == 0 and book.missing == 0
+    book.update(0), book.write(0)  # A never read B's: its write drops B's update
+    assert book.lost == 1 and book.missing == 1
+
+
+def _instrument_engine(monkeypatch, audit: Audit):
+    """Record the engine's own events into ``audit`` from inside it (replica 0): what it produced, what
+    its learner sampled and applied, and (naive writers) every copy's read, update and write."""
+    from dqnlab.agent.learner import Learner
+    from dqnlab.engine.naive import LineageBook
+    from dqnlab.engine.replay import GO, SharedReplay
+
+    commit, sample, update = SharedReplay.commit, SharedReplay.sample, Learner.update
+
+    def commit_(self, worker, obs, actions, rewards, next_obs, terminated, truncated, episode, version, finished,
+                claim_next, health_check=None):  # fmt: skip
+        ends = (terminated | truncated)[0]
+        audit.produced_batch(worker, version, ends, rewards[0])
+        code = commit(self, worker, obs, actions, rewards, next_obs, terminated, truncated, episode, version,
+                      finished, claim_next, health_check)  # fmt: skip
+        if code != GO:  # an actor about to wait or stop (a forked actor ends with os._exit: flush now)
+            audit.flush()
+        return code
+
+    def sample_(self, rngs, batch_size, health_check=None):
+        batch = sample(self, rngs, batch_size, health_check)
+        audit.sampled(pack(batch.worker[0], batch.version[0], 0), self.updates)
+        return batch
+
+    def update_(self, batch, want_stats=False, env_steps=None):
+        out = update(self, batch, want_stats, env_steps)
+        audit.updated(0)
+        return out
+
+    monkeypatch.setattr(SharedReplay, "commit", commit_)
+    monkeypatch.setattr(SharedReplay, "sample", sample_)
+    monkeypatch.setattr(Learner, "update", update_)
+    read, upd, write = LineageBook.read, LineageBook.update, LineageBook.write
+    monkeypatch.setattr(LineageBook, "read", lambda self: (read(self), audit.synced(_writer(self)))[0])
+    monkeypatch.setattr(LineageBook, "update", lambda self, uid: (upd(self, uid), audit.updated(_writer(self)))[0])
+    def write_(self):  # inside the engine's lock, as a user would record it
+        overwritten = write(self)
+        audit.wrote(_writer(self))
+        audit.flush()  # a naive worker ends with os._exit: its last write must be on disk
+        return overwritten
+
+    monkeypatch.setattr(LineageBook, "write", write_)
+
+
+def _writer(book) -> int:
+    return os.getpid()  # each naive worker process holds one copy
+
+
+@pytest.mark.parametrize("mode", ["serial", "parallel"])
+def test_fed_the_engine_the_audit_reports_its_shares_lag_and_realised_utd(leak_guard, monkeypatch, tmp_path, mode):
+    audit = Audit(tmp_path / "audit", learning_starts=500)
+    _instrument_engine(monkeypatch, audit)
+    config = small_config(mode=mode, utd=2.0, num_workers=2, worker_step_delay_s=(0.0, 0.0005), buffer_capacity=800,
+                          log_every=100_000)  # fmt: skip
+    result = train(config)
+    audit.flush()
+    final, got = result.final, report(tmp_path / "audit").final
+    assert got[M.ENV_STEPS] == final[M.ENV_STEPS] and got[M.UPDATES] == final[M.UPDATES]
+    assert got[M.UTD_REALISED] == pytest.approx(final[M.UTD_REALISED], rel=1e-12)
+    for w in range(2):
+        for kind in ("produced", "sampled", "episodes"):
+            assert got[M.worker_share(w, kind)] == pytest.approx(final[M.worker_share(w, kind)], abs=1e-12), (w, kind)
+    # the engine's policy lag counts from the updates done when a batch is drawn; so does the audit
+    assert got[M.POLICY_LAG_RUN_MEAN] == pytest.approx(final[M.POLICY_LAG_RUN_MEAN], rel=1e-12)
+    assert got[M.POLICY_LAG_RUN_MAX] == final[M.POLICY_LAG_RUN_MAX]
+    assert got[M.LOST_UPDATES] == 0 and got[M.RACED_WRITE_FRAC] == 0.0
+
+
+def test_fed_the_naive_local_copies_the_audit_finds_exactly_the_engines_lost_updates(leak_guard, monkeypatch,
+                                                                                     tmp_path):  # fmt: skip
+    audit = Audit(tmp_path / "audit", learning_starts=500)
+    _instrument_engine(monkeypatch, audit)
+    result = train(small_config(writers="local_copies", utd=1.0, num_workers=3))
+    audit.flush()
+    got = report(tmp_path / "audit").final
+    assert result.final[M.LOST_UPDATES] > 0
+    assert got[M.LOST_UPDATES] == result.final[M.LOST_UPDATES]  # exact: the same events in the same order
+    assert got[M.UPDATES] == result.final[M.UPDATES] == 1000
+
+
+def test_the_report_reads_back_resident_shares_td_loss_and_q_on_current_data(tmp_path):
+    rng = np.random.default_rng(0)
+    audit = Audit(tmp_path, gamma=0.99, reward_bound=1.0, q_fn=lambda obs: np.full((len(obs), 2), 101.0),
+                  features_fn=lambda obs: obs, diag_every_updates=10)  # fmt: skip
+    tags = np.array([audit.produced(w, 0, reward=1.0) for w in (0, 0, 0, 1)] * 25)
+    audit.resident(tags)
+    for _ in range(20):
+        audit.sampled(tags[:8], 5, obs=rng.standard_normal((8, 4)))
+        audit.updated(0, td_loss=0.5)
+    audit.flush()
+    final = report(tmp_path).final
+    assert final[M.worker_share(0, "resident")] == 0.75 and final[M.worker_share(1, "resident")] == 0.25
+    assert final[M.TD_LOSS] == 0.5 and final[M.Q_MAX] == 101.0
+    assert final[M.SOFT_DIVERGENCE] == 0.0  # 101 sits on CartPole's bound 100: within 1.5x, not diverged
+    assert 1 <= final[M.SRANK_CURRENT] <= 4
