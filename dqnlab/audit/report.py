@@ -44,8 +44,8 @@ class _State:
     episodes: dict = field(default_factory=dict)
     sampled: dict = field(default_factory=dict)  # (source, worker) -> cumulative batch elements
     lag: dict = field(default_factory=dict)  # source -> (sum, max, n)
-    resident: dict = field(default_factory=dict)  # worker -> transitions, the latest complete snapshot
-    pending_resident: dict = field(default_factory=dict)
+    resident: dict = field(default_factory=dict)  # source -> {worker: transitions}, its latest complete snapshot
+    pending_resident: dict = field(default_factory=dict)  # source -> the snapshot being read
     updates: int = 0
     td_losses: list = field(default_factory=list)
     diag: dict = field(default_factory=dict)
@@ -212,11 +212,11 @@ def report(folder: str | Path, every_updates: int | None = None) -> AuditReport:
             s.sampled[(src, who)] = e["a"]
         elif kind == LAG:
             s.lag[src] = (e["a"], e["b"], e["c"])
-        elif kind == RESIDENT:
+        elif kind == RESIDENT:  # each process's buffer: its latest snapshot (several buffers add up)
             if who >= 0:
-                s.pending_resident[who] = e["a"]
+                s.pending_resident.setdefault(src, {})[who] = e["a"]
             else:
-                s.resident, s.pending_resident = s.pending_resident, {}
+                s.resident[src] = s.pending_resident.pop(src, {})
         elif kind == REWARD:
             s.reward_max = max(s.reward_max, e["a"])
         elif kind == DIAG:
@@ -262,7 +262,8 @@ def _row(s: _State, book: Lineage, t: float, config: dict, workers: set[int]) ->
         row[M.POLICY_LAG_RUN_MEAN] = lag_sum / lag_n
         row[M.POLICY_LAG_RUN_MAX] = max(v[1] for v in s.lag.values())
     episodes, sampled = _by_worker(s.episodes), _by_worker(s.sampled)
-    for kind, counts in (("produced", produced), ("resident", s.resident), ("sampled", sampled), ("episodes", episodes)):
+    resident = _by_worker({(src, w): v for src, snap in s.resident.items() for w, v in snap.items()})
+    for kind, counts in (("produced", produced), ("resident", resident), ("sampled", sampled), ("episodes", episodes)):
         total = sum(counts.values())
         for w in workers:
             row[M.worker_share(w, kind)] = counts.get(w, 0.0) / total if total else math.nan

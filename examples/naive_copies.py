@@ -1,0 +1,133 @@
+"""The setup users describe: N processes, each holding a copy of the Q-network, training it on its own
+data and writing it back to shared memory; instrumented with dqnlab.audit, which finds the updates
+the writes overwrite.
+
+    python examples/naive_copies.py --workers 4 --steps 4000
+
+Each worker steps its own CartPole, keeps its own replay, syncs its copy from the shared parameters
+every ``--sync-every`` env steps, and after every update writes its whole copy back (under a lock, so
+no write tears: the updates are lost by overwriting, not by racing). A ledger travels with the
+parameters (entry u is 1 in every copy that holds update u), so the example knows exactly which
+updates the final parameters hold, and prints it beside the audit's count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import sys
+import tempfile
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dqnlab.audit import Audit, report
+
+
+def q_network() -> nn.Module:
+    return nn.Sequential(nn.Linear(4, 64), nn.ReLU(), nn.Linear(64, 2))
+
+
+def worker(w: int, args, shared: torch.Tensor, counter, lock, folder: str) -> None:
+    torch.set_num_threads(1)
+    audit = Audit(folder, learning_starts=args.learning_starts)
+    rng = np.random.default_rng(w)
+    net, target = q_network(), q_network()
+    n_params = sum(p.numel() for p in net.parameters())
+    copy = shared.clone()  # parameters, then the ledger
+
+    def load(vector: torch.Tensor) -> None:
+        torch.nn.utils.vector_to_parameters(vector[:n_params], net.parameters())
+
+    def sync() -> None:
+        with lock:
+            copy.copy_(shared)
+            audit.synced(w)
+        load(copy)
+
+    sync()
+    target.load_state_dict(net.state_dict())
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    env = gym.make("CartPole-v1")
+    obs, _ = env.reset(seed=w)
+    buf = {k: [] for k in ("obs", "action", "reward", "next_obs", "terminated")}
+    tags = []  # the audit's tag of each transition, beside it
+    owed = 0.0
+    for step in range(args.steps // args.workers):
+        eps = max(0.05, 1.0 - step * args.workers / 3000)
+        with torch.no_grad():
+            greedy = int(net(torch.as_tensor(obs, dtype=torch.float32)).argmax())
+        action = int(rng.integers(2)) if rng.random() < eps else greedy
+        next_obs, reward, terminated, truncated, _ = env.step(action)
+        tags.append(audit.produced(w, counter.value, episode_end=terminated or truncated, reward=reward))
+        for k, v in zip(buf, (obs, action, reward, next_obs, terminated)):
+            buf[k].append(v)
+        obs = env.reset()[0] if terminated or truncated else next_obs
+        if (step + 1) % args.sync_every == 0:
+            sync()
+        if step * args.workers < args.learning_starts:
+            continue
+        owed += args.utd
+        while owed >= 1.0:
+            owed -= 1.0
+            idx = rng.integers(0, len(buf["obs"]), 64)
+            o, a, r, o2, d = (torch.as_tensor(np.asarray(buf[k])[idx], dtype=torch.float32) for k in buf)
+            audit.sampled(np.asarray(tags)[idx], counter.value)
+            with torch.no_grad():
+                y = r + 0.99 * (1 - d) * target(o2).max(1).values
+            loss = F.smooth_l1_loss(net(o).gather(1, a.long()[:, None]).squeeze(1), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            with lock:
+                uid = counter.value
+                counter.value += 1
+                copy[:n_params] = torch.nn.utils.parameters_to_vector(net.parameters()).detach()
+                copy[n_params + uid] = 1.0  # the ledger: this copy now holds update uid
+                audit.updated(w, td_loss=loss.item())
+                shared.copy_(copy)  # the whole copy, the last writer wins
+                audit.wrote(w)
+            if uid % 250 == 0:
+                target.load_state_dict(net.state_dict())
+    audit.resident(tags)  # this worker's buffer (the report sums the workers' snapshots)
+    audit.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--steps", type=int, default=4000, help="env steps over all workers")
+    p.add_argument("--utd", type=float, default=1.0, help="updates per env step, per worker")
+    p.add_argument("--sync-every", type=int, default=100)
+    p.add_argument("--learning-starts", type=int, default=500)
+    p.add_argument("--folder", default=None, help="where the audit's events go (default: a temporary folder)")
+    args = p.parse_args(argv)
+    folder = args.folder or tempfile.mkdtemp(prefix="audit-")
+    n_params = sum(p.numel() for p in q_network().parameters())
+    shared = torch.zeros(n_params + args.steps * 2).share_memory_()
+    shared[:n_params] = torch.nn.utils.parameters_to_vector(q_network().parameters()).detach()
+    ctx = mp.get_context("spawn")
+    counter, lock = ctx.Value("l", 0), ctx.Lock()
+    procs = [ctx.Process(target=worker, args=(w, args, shared, counter, lock, folder)) for w in range(args.workers)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join()
+    if any(proc.exitcode for proc in procs):
+        return 1
+    applied = counter.value
+    kept = int(shared[n_params : n_params + applied].sum())
+    rep = report(folder)
+    print(rep.summary())
+    print(f"ledger: {applied} updates applied, {kept} held by the final parameters: {applied - kept} lost")
+    print(f"audit:  {rep.final['lost_updates']:.0f} lost")
+    return 0 if rep.final["lost_updates"] == applied - kept else 1
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.exit(main())
