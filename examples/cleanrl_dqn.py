@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate)
     features = q_network[:-1]
     audit = Audit(args.audit or tempfile.mkdtemp(prefix="audit-"), gamma=args.gamma, learning_starts=args.learning_starts,
+                  diag_every_updates=100,
                   q_fn=lambda o: q_network(torch.as_tensor(o)).detach().numpy(),
                   features_fn=lambda o: features(torch.as_tensor(o)).detach().numpy())  # audit  # fmt: skip
     size, pos, updates = 0, 0, 0
