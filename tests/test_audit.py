@@ -132,3 +132,26 @@ def test_the_report_reads_back_resident_shares_td_loss_and_q_on_current_data(tmp
     assert final[M.TD_LOSS] == 0.5 and final[M.Q_MAX] == 101.0
     assert final[M.SOFT_DIVERGENCE] == 0.0  # 101 sits on CartPole's bound 100: within 1.5x, not diverged
     assert 1 <= final[M.SRANK_CURRENT] <= 4
+
+
+def _spawned_actor(audit: Audit) -> None:
+    for _ in range(10):
+        audit.produced(1, 0)
+    audit.close()
+
+
+def test_an_audit_handed_to_spawned_and_forked_processes_counts_each_transition_once(leak_guard, tmp_path):
+    import multiprocessing as mp
+
+    audit = Audit(tmp_path)
+    for _ in range(5):
+        audit.produced(0, 0)
+    for method in ("spawn", "fork"):
+        proc = mp.get_context(method).Process(target=_spawned_actor, args=(audit,))
+        proc.start()
+        proc.join(60)
+        assert proc.exitcode == 0
+    audit.close()
+    final = report(tmp_path).final
+    assert final[M.ENV_STEPS] == 25  # 5 here, 10 in each child: a child's copy starts from zero
+    assert final[M.worker_share(1, "produced")] == pytest.approx(0.8)

@@ -1,0 +1,82 @@
+"""Benchmark: what dqnlab.audit costs a user's loop, side by side in one run (prints; not a test).
+
+    python -m dqnlab.bench.audit [--steps 40000] [--repeats 5]
+
+The loop a user writes first, fast enough that any per-step cost shows: gymnasium's CartPole, a
+numpy Q-network policy (64-64), a numpy ring buffer, and every 4 env steps (UTD 0.25) a batch of 128
+drawn and one numpy "update" (a forward and an outer-product step on the last layer). The same loop
+with the audit's calls added (``produced`` per step, ``sampled`` and ``updated`` per update,
+``resident`` at the end), the two alternated, medians of ``--repeats``. Target: overhead < 5% of the
+loop's wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+
+import gymnasium as gym
+import numpy as np
+
+from dqnlab.audit import Audit
+
+
+def loop(steps: int, audited: bool, seed: int = 0) -> float:
+    """Env steps/s of the loop (with the audit's calls when ``audited``)."""
+    rng = np.random.default_rng(seed)
+    w1, w2, w3 = (rng.standard_normal(s).astype(np.float32) * 0.1 for s in ((4, 64), (64, 64), (64, 2)))
+    capacity = 20_000
+    obs_buf = np.zeros((capacity, 4), np.float32)
+    act_buf = np.zeros(capacity, np.int64)
+    rew_buf = np.zeros(capacity, np.float32)
+    tag_buf = np.zeros(capacity, np.int64)
+    audit = Audit(tempfile.mkdtemp(prefix="audit-bench-")) if audited else None
+    env = gym.make("CartPole-v1")
+    obs, _ = env.reset(seed=seed)
+    size = pos = updates = 0
+    start = time.perf_counter()
+    for step in range(steps):
+        h = np.maximum(np.maximum(obs @ w1, 0) @ w2, 0)
+        action = int((h @ w3).argmax()) if rng.random() > 0.1 else int(rng.integers(2))
+        next_obs, reward, terminated, truncated, _ = env.step(action)
+        obs_buf[pos], act_buf[pos], rew_buf[pos] = obs, action, reward
+        if audited:
+            tag_buf[pos] = audit.produced(0, updates, terminated or truncated)
+        pos, size = (pos + 1) % capacity, min(size + 1, capacity)
+        obs = env.reset()[0] if terminated or truncated else next_obs
+        if step % 4 == 3 and size >= 128:
+            idx = rng.integers(0, size, 128)
+            if audited:
+                audit.sampled(tag_buf[idx], updates)
+            hb = np.maximum(np.maximum(obs_buf[idx] @ w1, 0) @ w2, 0)
+            w3 -= 1e-4 * hb.T @ (hb @ w3 - rew_buf[idx, None])
+            updates += 1
+            if audited:
+                audit.updated(0)
+    if audited:
+        audit.resident(tag_buf[:size])
+        audit.close()
+    return steps / (time.perf_counter() - start)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m dqnlab.bench.audit", description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=40_000)
+    p.add_argument("--repeats", type=int, default=5)
+    args = p.parse_args(argv)
+    plain, audited = [], []
+    for r in range(args.repeats):
+        plain.append(loop(args.steps, False, seed=r))
+        audited.append(loop(args.steps, True, seed=r))
+    a, b = statistics.median(plain), statistics.median(audited)
+    print(f"{'loop':<34} {'median':>10}  unit")
+    print(f"{'user loop':<34} {a:>10.0f}  env steps/s")
+    print(f"{'user loop + dqnlab.audit':<34} {b:>10.0f}  env steps/s")
+    print(f"overhead: {100 * (a / b - 1):.1f}% of the loop's wall time (target < 5%), medians of {args.repeats}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
