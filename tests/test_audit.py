@@ -134,24 +134,37 @@ def test_the_report_reads_back_resident_shares_td_loss_and_q_on_current_data(tmp
     assert 1 <= final[M.SRANK_CURRENT] <= 4
 
 
-def _spawned_actor(audit: Audit) -> None:
+SPAWNING = """
+import multiprocessing as mp, sys
+from dqnlab.audit import Audit
+
+def actor(audit):
     for _ in range(10):
         audit.produced(1, 0)
     audit.close()
 
-
-def test_an_audit_handed_to_spawned_and_forked_processes_counts_each_transition_once(leak_guard, tmp_path):
-    import multiprocessing as mp
-
-    audit = Audit(tmp_path)
+if __name__ == "__main__":
+    audit = Audit(sys.argv[1])
     for _ in range(5):
         audit.produced(0, 0)
     for method in ("spawn", "fork"):
-        proc = mp.get_context(method).Process(target=_spawned_actor, args=(audit,))
+        proc = mp.get_context(method).Process(target=actor, args=(audit,))
         proc.start()
         proc.join(60)
         assert proc.exitcode == 0
     audit.close()
-    final = report(tmp_path).final
-    assert final[M.ENV_STEPS] == 25  # 5 here, 10 in each child: a child's copy starts from zero
+"""
+
+
+def test_an_audit_handed_to_spawned_and_forked_processes_counts_each_transition_once(leak_guard, tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "spawning.py"
+    script.write_text(SPAWNING)  # in its own interpreter: spawn's resource tracker ends with it
+    res = subprocess.run([sys.executable, str(script), str(tmp_path / "audit")], capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    final = report(tmp_path / "audit").final
+    assert final[M.ENV_STEPS] == 25  # 5 in the parent, 10 in each child: a child's copy starts from zero
     assert final[M.worker_share(1, "produced")] == pytest.approx(0.8)
