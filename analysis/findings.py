@@ -26,8 +26,8 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from analysis.calibration import finding_calibration  # noqa: E402
-from analysis.cells import cell_table, returns_of  # noqa: E402
-from analysis.curves import auc_of  # noqa: E402
+from analysis.cells import returns_of  # noqa: E402
+from analysis.curves import auc_of, soft_divergence_counts  # noqa: E402
 from analysis.export import read_study  # noqa: E402
 from analysis.family import Family  # noqa: E402
 from analysis.findings_common import Finding, fmt_ci  # noqa: E402
@@ -78,36 +78,44 @@ def _final(runs: pd.DataFrame, metric: str) -> pd.Series:
 
 
 # --- finding 4b: target period (the study of 2026-12-04, on the old design) ----------------------------
-def finding_target_period(runs: pd.DataFrame) -> Finding:
-    runs = runs.assign(diverged=runs["collapse"].eq("diverged"))
-    table = cell_table(runs, keep=("utd", "target_period"))
+def finding_target_period(runs: pd.DataFrame, hist: pd.DataFrame) -> Finding:
+    """Finding 4b on the redesigned study: plain DQN, target period (in env steps) x UTD; per cell the final
+    return and seeds that soft-diverged (at any check / at the end); the family: each period against the
+    base period 256 at each UTD."""
+    periods, utds = sorted(runs["target_period"].unique()), sorted(runs["utd"].unique())
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.3))
-    utds = sorted(runs["utd"].unique())
-    md = ["| UTD | " + " | ".join(f"target period {p}" for p in sorted(runs["target_period"].unique())) + " |"]
-    md.append("|---" * (runs["target_period"].nunique() + 1) + "|")
-    for period, t in table.groupby("target_period"):
-        t = t.sort_values("utd")
-        axes[0].errorbar(t["utd"], t["iqm"], yerr=[t["iqm"] - t["ci_low"], t["ci_high"] - t["iqm"]], marker="o",
-                         capsize=3, label=f"target period {period}")  # fmt: skip
-        frac = runs[runs["target_period"] == period].groupby("utd")["diverged"].mean()
-        axes[1].plot(frac.index, frac.values, marker="o", label=f"target period {period}")
+    md = ["| UTD | " + " | ".join(f"period {p} env steps: return; soft div. (any / end)" for p in periods) + " |",
+          "|---" * (len(periods) + 1) + "|"]  # fmt: skip
+    family = Family("each target period minus 256 env steps, per UTD (final return)", MARGIN_CARTPOLE)
+    for period in periods:
+        sub = runs[runs["target_period"] == period]
+        f = _iqm_by(sub, "utd", utds)
+        axes[0].errorbar(f["utd"], f["iqm"], yerr=[f["iqm"] - f["low"], f["high"] - f["iqm"]], marker="o", capsize=3,
+                         label=f"target period {period}")  # fmt: skip
+        ended = [soft_divergence_counts(sub[sub["utd"] == u], hist)[1] / max(len(sub[sub["utd"] == u]), 1) for u in utds]
+        axes[1].plot(utds, ended, marker="o", label=f"target period {period}")
     for utd in utds:
         cells = []
-        for period in sorted(runs["target_period"].unique()):
-            row = table[(table["utd"] == utd) & (table["target_period"] == period)]
-            if row.empty:  # a combination the study did not run
+        for period in periods:
+            g = runs[(runs["utd"] == utd) & (runs["target_period"] == period)]
+            if g.empty:
                 cells.append("—")
                 continue
-            r = row.iloc[0]
-            cells.append(f"{_fmt(r['iqm'], r['ci_low'], r['ci_high'])}, {int(r['diverged'])}/{int(r['n_seeds'])} div.")
+            n_any, n_end = soft_divergence_counts(g, hist)
+            cells.append(f"{_fmt(*bootstrap_ci(returns_of(g), reps=1000))}; {n_any}/{len(g)} / {n_end}/{len(g)}")
+            if period != 256:
+                family.difference(f"UTD {utd:g}: period {period} minus 256", returns_of(g),
+                                  returns_of(runs[(runs["utd"] == utd) & (runs["target_period"] == 256)]))  # fmt: skip
         md.append(f"| {utd:g} | " + " | ".join(cells) + " |")
-    for ax, ylabel in zip(axes, ["final greedy return (IQM, 95% CI)", "fraction of seeds diverged"]):
+    md += ["", family.markdown()]
+    for ax, ylabel in zip(axes, ["final greedy return (IQM, 95% CI)", "fraction of seeds that ended soft-diverged"]):
         ax.set_xscale("log", base=2)
         ax.set_xticks(utds, [f"{u:g}" for u in utds])
         ax.minorticks_off()
         ax.set(xlabel="UTD (updates per env step, log scale)", ylabel=ylabel)
         ax.legend(fontsize=8)
-    fig.suptitle("Does a shorter target period diverge more often at high UTD? (CartPole-v1, plain DQN, 10 seeds)")
+    fig.suptitle("Does a shorter target period diverge more often at high UTD? (CartPole-v1, plain DQN, periods in env "
+                 "steps, 10 seeds)")  # fmt: skip
     fig.tight_layout()
     return Finding("\n".join(md), fig, "finding_target_period.png")
 
@@ -328,6 +336,7 @@ DATA_FINDINGS = {
     "workers": ("2. Workers", ["workers-default"]),
     "parallel": ("3. Parallel", ["parallel-default"]),
     "replay_ratio": ("4. Replay ratio", ["replay_ratio-cartpole", "replay_ratio-acrobot"]),
+    "target_period": ("4b. Target period", ["replay_ratio-target_period"]),
 }  # fmt: skip
 """The findings computed from the data committed under ``docs/data`` (:mod:`analysis.export`)."""
 ENV_OF = {"replay_ratio-cartpole": "CartPole-v1", "replay_ratio-acrobot": "Acrobot-v1"}
@@ -349,7 +358,8 @@ def data_findings(data: Path, names: list[str]) -> dict[str, Finding]:
         else:
             runs = pd.concat([r for r, _ in present.values()], ignore_index=True)
             hist = pd.concat([h for _, h in present.values()], ignore_index=True)
-            function = {"writers": finding_writers, "workers": finding_workers, "parallel": finding_parallel}[name]
+            function = {"writers": finding_writers, "workers": finding_workers, "parallel": finding_parallel,
+                        "target_period": finding_target_period}[name]  # fmt: skip
             out[name] = function(runs, hist)
     return out
 

@@ -2,6 +2,7 @@
 
     python sweeps/replay_ratio.py --preset cartpole        # UTD x target unit x {plain, LayerNorm, head reset}
     python sweeps/replay_ratio.py --preset acrobot         # the same on Acrobot-v1
+    python sweeps/replay_ratio.py --preset target_period   # finding 4b: target period (env steps) x UTD, plain
     python sweeps/replay_ratio.py --preset smoke           # seconds (tests)
 
 Raising the replay ratio (UTD) with the target period fixed in gradient updates also copies the
@@ -52,6 +53,10 @@ GRID = {"utd": [0.25, 1.0, 4.0, 16.0], "target_unit": ["updates", "env_steps"], 
 PRESETS = {
     "cartpole": {"base": CARTPOLE, "grid": GRID, "variants": VARIANTS, "jobs": 2},
     "acrobot": {"base": ACROBOT, "grid": GRID, "variants": VARIANTS, "jobs": 2},
+    # finding 4b: does a shorter target period diverge more often at a higher UTD? Plain DQN, periods in env
+    # steps around the base's 256 (its cells at period 256 are the cartpole preset's plain env-step cells)
+    "target_period": {"base": dict(CARTPOLE, target_unit="env_steps", layer_norm=False, reset="none"),
+                      "grid": {"utd": [1.0, 4.0], "target_period": [16, 64, 256, 1024]}, "jobs": 2},
     "smoke": {
         "base": dict(CARTPOLE, total_env_steps=1200, learning_starts=400, batch_size=32, probe_size=64,
                      hidden_sizes=(32, 32), log_every=100, eval_every_steps=400, eval_episodes=2, replicas=2),  # fmt: skip
