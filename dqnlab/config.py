@@ -283,6 +283,11 @@ class Config:
                      "setups train one network per run", r.writers)  # fmt: skip
             _require(r.mode == "parallel", "writers", "'single' in serial mode: the naive setups need worker processes",
                      r.writers)  # fmt: skip
+            # the naive workers copy their target on target_period and never reset: refuse what they would ignore
+            _require(a.target_update == "hard", "target_update", f"'hard' with writers={r.writers!r} (its workers "
+                     "copy their targets; they have no Polyak average)", a.target_update)  # fmt: skip
+            _require(a.reset == "none", "reset", f"'none' with writers={r.writers!r} (its workers do not reset)",
+                     a.reset)  # fmt: skip
         _require(
             a.buffer_capacity >= e.envs_per_worker,
             "buffer_capacity",

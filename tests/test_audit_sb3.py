@@ -52,7 +52,8 @@ def test_the_callback_records_the_batches_sb3_returns_and_leaves_its_random_draw
 
                 def checking(batch_inds, env=None):
                     out = recording(batch_inds, env)
-                    seen.append(np.array_equal(callback.audit._obs, out.observations.numpy()))
+                    rows, envs = callback.last_indices  # the rows the audit attributed the batch to
+                    seen.append(np.array_equal(model.replay_buffer.observations[rows, envs], out.observations.numpy()))
                     return out
 
                 model.replay_buffer._get_samples = checking

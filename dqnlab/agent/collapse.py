@@ -105,10 +105,17 @@ def collapse_signs(learner, probe: torch.Tensor | None, current: torch.Tensor | 
 def divergence_check(learner, probe: torch.Tensor | None, current: torch.Tensor | None, reward_bounds: list[float],
                      gamma: float, margin: float) -> list[dict[str, float]]:  # fmt: skip
     """Per replica, the soft-divergence check the loop runs on a schedule in env steps (at every
-    evaluation and at the end): max |Q| on the probe and current batches against ``q_limit``."""
+    evaluation and at the end): max |Q| on the probe and current batches against ``q_limit``. Nothing
+    before learning starts (no batch yet: nothing measured, nothing recorded)."""
+    if probe is None and current is None:
+        return [{} for _ in range(learner.replicas)]
     out = []
     for k, (p, c) in enumerate(zip(q_abs_max(learner, probe), q_abs_max(learner, current))):
         limit = q_limit(reward_bounds[k], gamma, margin)
-        out.append({Q_PROBE_ABS_MAX: p, Q_ABS_MAX_CURRENT: c, Q_LIMIT: limit,
-                    SOFT_DIVERGENCE: float(soft_divergence(max(p, c), limit))})  # fmt: skip
+        m = {Q_LIMIT: limit, SOFT_DIVERGENCE: float(soft_divergence(max(p, c), limit))}
+        if probe is not None:
+            m[Q_PROBE_ABS_MAX] = p
+        if current is not None:
+            m[Q_ABS_MAX_CURRENT] = c
+        out.append(m)
     return out

@@ -43,7 +43,7 @@ DIAG = 10  # diagnostic id (DIAG_NAMES); its value
 CONFIG = 11  # -1; gamma; reward bound (NaN: from the rewards); learning starts (env steps)
 REWARD = 12  # -1; largest |reward| seen by this process so far
 DIAG_NAMES = ("q_mean", "q_max", "q_min", "q_p05", "q_p50", "q_p95", "q_abs_max_current", "srank_current",
-              "dormant_frac_tau0_current", "dormant_frac_tau0.1_current", "td_loss")  # fmt: skip
+              "dormant_frac_tau0_current", "dormant_frac_tau0.1_current")  # fmt: skip
 BLOCK = 4096
 _generation = 0
 """Bumped in a forked child (``os.register_at_fork``): an Audit opened before the fork reopens its own
@@ -60,7 +60,8 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 class Audit:
     """Record one training run's events into ``folder`` (created; every process of the run opens the
-    same folder with the same arguments).
+    same folder with the same arguments; one folder holds one run: the report reads every event file in
+    it).
 
     - actors: ``tag = audit.produced(worker, version, episode_end)`` (or :meth:`produced_batch` for a
       vector of envs); keep ``tag`` beside the transition in your buffer;
@@ -217,17 +218,20 @@ class Audit:
         self._emit(UPDATE, writer, count, math.nan if td_loss is None else float(td_loss))
         if count % self.diag_every == 0:
             if self.q_fn is not None and self._obs is not None:
-                self._diagnostics(td_loss)
+                self._diagnostics()
             self.flush()  # this process's counts, fresh at the report's log points
         self._tick()
 
     def synced(self, writer: int) -> None:
-        """``writer``'s copy now holds the shared parameters (call it right after reading them)."""
+        """``writer``'s copy now holds the shared parameters. Call it inside the critical section that
+        reads them (under the same lock as the writes): the lineage is exact when the events' order is
+        the reads' and writes' own order."""
         self._check_process()
         self._emit(SYNC, writer)
 
     def wrote(self, writer: int) -> None:
-        """``writer``'s whole copy replaced the shared parameters (call it right after writing)."""
+        """``writer``'s whole copy replaced the shared parameters. Call it inside the critical section that
+        writes them (see :meth:`synced`)."""
         self._check_process()
         self._emit(WRITE, writer)
 
@@ -250,7 +254,7 @@ class Audit:
             self._emit(RESIDENT, int(w), float(counts[w]))
         self._emit(RESIDENT, -1, float(counts.sum()))  # marks the snapshot complete (workers not listed: 0)
 
-    def _diagnostics(self, td_loss: float | None) -> None:
+    def _diagnostics(self) -> None:
         from dqnlab.agent.diagnostics import dormant_fractions, srank
 
         q = np.asarray(self.q_fn(self._obs), dtype=np.float64)
@@ -262,8 +266,6 @@ class Audit:
             fractions = dormant_fractions([phi])
             values["dormant_frac_tau0_current"] = fractions["dormant_frac_tau0"]
             values["dormant_frac_tau0.1_current"] = fractions["dormant_frac_tau0.1"]
-        if td_loss is not None:
-            values["td_loss"] = td_loss
         for name, v in values.items():
             self._emit(DIAG, DIAG_NAMES.index(name), float(v))
 

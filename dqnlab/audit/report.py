@@ -48,6 +48,7 @@ class _State:
     pending_resident: dict = field(default_factory=dict)  # source -> the snapshot being read
     updates: int = 0
     td_losses: list = field(default_factory=list)
+    td_loss: float = math.nan
     diag: dict = field(default_factory=dict)
     reward_max: float = 0.0
     writes: int = 0
@@ -202,6 +203,7 @@ def report(folder: str | Path, every_updates: int | None = None) -> AuditReport:
     every = every_updates or max(1, total_updates // 100)
     book = Lineage({int(w) for w in events["who"][events["kind"] == WRITE]})
     s, rows = _State(), []
+    t0 = float(events["t"][0])  # time_s: seconds since the run's first event
     workers: set[int] = set()
     for e, src in zip(events, source):
         kind, who = int(e["kind"]), int(e["who"])
@@ -228,15 +230,15 @@ def report(folder: str | Path, every_updates: int | None = None) -> AuditReport:
                 if not math.isnan(e["b"]):
                     s.td_losses.append(e["b"])
                 if s.updates % every == 0:
-                    rows.append(_row(s, book, e["t"], config, workers))
-        elif kind == WRITE_BEGIN:
+                    rows.append(_row(s, book, e["t"] - t0, config, workers))
+        elif kind == WRITE_BEGIN:  # keyed by (process, writer): two processes may reuse a writer id
             if s.open_writes:
                 s.open_writes = dict.fromkeys(s.open_writes, True)
-            s.open_writes[who] = bool(s.open_writes)
-        elif kind == WRITE_END and who in s.open_writes:
+            s.open_writes[(src, who)] = bool(s.open_writes)
+        elif kind == WRITE_END and (src, who) in s.open_writes:
             s.writes += 1
-            s.raced += s.open_writes.pop(who)
-    last = _row(s, book, events["t"][-1], config, workers)
+            s.raced += s.open_writes.pop((src, who))
+    last = _row(s, book, events["t"][-1] - t0, config, workers)
     env_steps, starts = last[M.ENV_STEPS], config["learning_starts"]
     last[M.LOST_UPDATES] = book.missing  # the end: what the final parameters lack
     last[M.LOST_UPDATE_FRAC] = book.missing / s.updates if s.updates else 0.0
@@ -267,9 +269,11 @@ def _row(s: _State, book: Lineage, t: float, config: dict, workers: set[int]) ->
         total = sum(counts.values())
         for w in workers:
             row[M.worker_share(w, kind)] = counts.get(w, 0.0) / total if total else math.nan
-    if s.td_losses:
-        row[M.TD_LOSS] = float(np.mean(s.td_losses))
+    if s.td_losses:  # the mean TD loss of the updates since the previous row (kept while none came since)
+        s.td_loss = float(np.mean(s.td_losses))
         s.td_losses.clear()
+    if not math.isnan(s.td_loss):
+        row[M.TD_LOSS] = s.td_loss
     for name, v in s.diag.items():
         row[name] = v
     bound = config["reward_bound"] if math.isfinite(config["reward_bound"]) else (s.reward_max or math.nan)

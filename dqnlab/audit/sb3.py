@@ -46,6 +46,9 @@ class AuditCallback(BaseCallback):
         import torch
 
         model, rb = self.model, self.model.replay_buffer
+        if any(self.folder.glob("events-*.bin")):
+            raise ValueError(f"AuditCallback: {self.folder} already holds an audited run (one folder per run: the "
+                             "report reads every event file in it); give another folder")  # fmt: skip
         self.tags = np.zeros((rb.buffer_size, rb.n_envs), dtype=np.int64)
         self.sampled_counts = np.zeros(rb.n_envs, dtype=np.int64)
         q_net = model.q_net
@@ -70,9 +73,11 @@ class AuditCallback(BaseCallback):
             np.random.set_state(before)  # SB3 drew its env indices with one randint from this state
             env_indices = np.random.randint(0, high=rb.n_envs, size=(len(batch_inds),))
             np.random.set_state(after)  # and the RNG goes on exactly as SB3 left it
+            self.last_indices = (batch_inds, env_indices)  # the rows SB3 drew (tests compare them with its batch)
             tags = self.tags[batch_inds, env_indices]
             self.sampled_counts += np.bincount(worker_of(tags), minlength=rb.n_envs)[: rb.n_envs]
-            self.audit.sampled(tags, self.updates, obs=rb.observations[batch_inds, env_indices])
+            # the states SB3 trains on (normalised, under VecNormalize), for the Q diagnostics
+            self.audit.sampled(tags, self.updates, obs=out.observations.cpu().numpy())
             self.updates += 1  # DQN takes one batch per gradient step
             self.audit.updated(0)
             return out

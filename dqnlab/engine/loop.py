@@ -136,7 +136,7 @@ class LearnerLoop:
         replica still active. Every replica diverged: nothing is left to evaluate or log."""
         if status == "diverged":
             return status
-        if self.evaluator.final_due(self.parts.replay.env_steps, self.parts.learner.updates) and not self._evaluate():
+        if self.evaluator.final_due(self.parts.replay.env_steps, self.parts.learner.updates) and not self._evaluate(True):
             return "diverged"
         return "completed" if self._log(None, final=True) else "diverged"
 
@@ -145,16 +145,20 @@ class LearnerLoop:
         self.histories[replica].append(m)
         self.cb.on_log(replica, m)
 
-    def _evaluate(self) -> bool:
+    def _evaluate(self, final: bool = False) -> bool:
         """Record one evaluation of every active replica at its own env step. A replica whose weights
-        are not finite is not evaluated: it is frozen, its divergence logged. False if none is left."""
+        are not finite is not evaluated: it is frozen, its divergence logged. False if none is left. A
+        periodic evaluation that would be stamped at the last env step is left to the final one (taken
+        after the last owed update)."""
         self.read_shared_parameters()
         stamp = self.window.stamp(time.monotonic() - self.t0)
+        if not final and stamp[ENV_STEPS] >= self.parts.config.run.total_env_steps:
+            return True
         results = self.evaluator.evaluate(self.parts.learner.net, stamp[ENV_STEPS], stamp[UPDATES], self.active)
-        checks = self._divergence_check() if all(m is not None for m in results.values()) else None
+        checks = self._divergence_check()  # a replica refused as non-finite is not recorded, its check unused
         for k, metrics in results.items():
             if metrics is not None:
-                self._record(k, {**stamp, **metrics, **(checks[k] if checks else {})})
+                self._record(k, {**stamp, **metrics, **checks[k]})
         if any(m is None for m in results.values()):
             return self._log(None)  # records the hard divergence the evaluation refused to run on
         return True
