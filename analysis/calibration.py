@@ -106,6 +106,8 @@ def finding_calibration(studies: dict[str, tuple[pd.DataFrame, pd.DataFrame]]) -
                                           ("max |Q| on current data (median over seeds; log)", "divergence")]):
         ax.set(xlabel="env steps", ylabel=ylabel, title=title)
     axes[2].set_yscale("log")
+    for ax in axes:  # the CleanRL settings run 500k env steps, the RL Zoo ones 50k: both visible
+        ax.set_xscale("log")
     axes[2].axhline(150, color="black", ls="--", lw=1, label="q_limit (1.5 x R_max/(1-gamma))")
     axes[0].legend(fontsize=8)
     axes[2].legend(fontsize=8)
