@@ -28,7 +28,7 @@ def test_actor_rule_strict_and_free():
     assert free.actor_may_claim(10**6, 0)
 
 
-@pytest.mark.parametrize("utd, slack, n", itertools.product([0.25, 1.0, 4.0, 16.0], [0.5, 1.0, 3.0], [1, 4]))
+@pytest.mark.parametrize("utd, slack, n", list(itertools.product([0.25, 1.0, 4.0, 16.0], [0.5, 1.0, 3.0], [1, 4])))
 def test_lockstep_simulation_never_deadlocks_and_keeps_the_deficit_bound(utd, slack, n):
     lim = RateLimiter(utd=utd, learning_starts=8, slack=slack, strict=True)
     env_steps = updates = 0
