@@ -29,6 +29,8 @@ Writers = Literal["single", "hogwild", "local_copies"]
 Device = Literal["cpu", "cuda"]
 ScheduleUnit = Literal["updates", "env_steps"]
 Loss = Literal["huber", "mse"]
+ReplayKind = Literal["uniform", "prioritized"]
+InitialPriority = Literal["actor", "max"]
 
 
 class ConfigError(ValueError):
@@ -107,6 +109,20 @@ class AgentConfig:
     """Transitions per gradient update."""
     buffer_capacity: int = 100_000
     """Replay ring size in transitions."""
+    replay: ReplayKind = "uniform"
+    """'uniform', or 'prioritized' (Schaul et al. 2016, as Ape-X uses it): a transition is drawn with
+    probability p^alpha / sum p^alpha, p its last |TD error| (+ priority_eps), and the loss weighted by
+    importance-sampling weights (N P)^-beta / max over the batch, beta annealed to 1 over the run."""
+    priority_alpha: float = 0.6
+    """Prioritization exponent alpha in [0, 1] (0: uniform draws; Ape-X 0.6)."""
+    priority_beta: float = 0.4
+    """Importance-sampling exponent at the start, in [0, 1]; annealed linearly to 1 over the env-step
+    budget (Ape-X 0.4)."""
+    priority_eps: float = 1e-6
+    """Added to |TD error| so that no transition has priority 0 (> 0)."""
+    initial_priority: InitialPriority = "actor"
+    """A new transition's priority: 'actor' (Ape-X: the actor's own |TD error| with its copy of the network,
+    bootstrapping with its max_a Q(s', a)) or 'max' (the largest priority so far, as in Schaul et al.)."""
     gamma: float = 0.99
     """Discount in [0, 1)."""
     lr: float = 1e-3
@@ -160,6 +176,10 @@ class AgentConfig:
             self.buffer_capacity,
         )
         _require(0.0 <= self.gamma < 1.0, "gamma", "a float in [0, 1)", self.gamma)
+        for name in ("priority_alpha", "priority_beta"):
+            _require(0.0 <= getattr(self, name) <= 1.0, name, "a float in [0, 1]", getattr(self, name))
+        _require(math.isfinite(self.priority_eps) and self.priority_eps > 0, "priority_eps", "a finite float > 0",
+                 self.priority_eps)  # fmt: skip
         _require(math.isfinite(self.lr) and self.lr > 0, "lr", "a finite float > 0", self.lr)
         _require(math.isfinite(self.max_grad_norm) and self.max_grad_norm > 0, "max_grad_norm",
                  "a finite float > 0 (1e30: no clipping)", self.max_grad_norm)
@@ -288,6 +308,8 @@ class Config:
                      "copy their targets; they have no Polyak average)", a.target_update)  # fmt: skip
             _require(a.reset == "none", "reset", f"'none' with writers={r.writers!r} (its workers do not reset)",
                      a.reset)  # fmt: skip
+            _require(a.replay == "uniform", "replay", f"'uniform' with writers={r.writers!r} (its workers do not "
+                     "update priorities)", a.replay)  # fmt: skip
         _require(
             a.buffer_capacity >= e.envs_per_worker,
             "buffer_capacity",
