@@ -25,7 +25,7 @@ TargetUpdate = Literal["hard", "polyak"]
 EpsilonSchedule = Literal["linear", "ladder"]
 LimiterMode = Literal["strict", "free"]
 RunMode = Literal["parallel", "serial"]
-Writers = Literal["single", "hogwild", "local_copies"]
+Writers = Literal["single", "hogwild", "local_copies", "a3c"]
 Device = Literal["cpu", "cuda"]
 ScheduleUnit = Literal["updates", "env_steps"]
 Loss = Literal["huber", "mse"]
@@ -229,8 +229,10 @@ class RunConfig:
     one stacked learner update for all; each replica is a run of its own (docs/design.md: replica)."""
     writers: Writers = "single"
     """Who writes the parameters: 'single' (the learner alone: the design); 'hogwild' (every worker
-    steps shared parameters without a lock) and 'local_copies' (each worker trains its own copy and
-    writes it back, last writer wins) exist only as measured counterexamples (docs/design.md: writers)."""
+    steps shared parameters without a lock), 'local_copies' (each worker trains its own copy and
+    writes it back, last writer wins) and 'a3c' (each worker pushes gradients computed on a local copy,
+    synced at its weight pulls, into the shared parameters without a lock) exist only as measured
+    counterexamples (docs/design.md: writers)."""
     mode: RunMode = "parallel"
     """'parallel': one process per actor; 'serial': actors stepped in the learner's process."""
     device: Device = "cpu"

@@ -135,9 +135,10 @@ class LearnerLoop:
     def read_shared_parameters(self) -> None:
         """Make the learner's network the parameters to evaluate and probe: it already is."""
 
-    def writer_counts(self) -> tuple[float, float]:
-        """``(lost updates, raced-write fraction)``: the single learner loses and races nothing."""
-        return 0.0, 0.0
+    def writer_counts(self) -> tuple[float, float, float]:
+        """``(lost updates, raced-write fraction, stale-gradient age)``: the single learner loses and races
+        nothing, and its gradients are computed at the parameters they update."""
+        return 0.0, 0.0, 0.0
 
     def _finish(self, status: str) -> str:
         """A last evaluation (unless one was just taken at this env step) and a last log point of every
