@@ -25,10 +25,12 @@ TargetUpdate = Literal["hard", "polyak"]
 EpsilonSchedule = Literal["linear", "ladder"]
 LimiterMode = Literal["strict", "free"]
 RunMode = Literal["parallel", "serial"]
-Writers = Literal["single", "hogwild", "local_copies"]
+Writers = Literal["single", "hogwild", "local_copies", "a3c"]
 Device = Literal["cpu", "cuda"]
 ScheduleUnit = Literal["updates", "env_steps"]
 Loss = Literal["huber", "mse"]
+ReplayKind = Literal["uniform", "prioritized"]
+InitialPriority = Literal["actor", "max"]
 
 
 class ConfigError(ValueError):
@@ -107,6 +109,20 @@ class AgentConfig:
     """Transitions per gradient update."""
     buffer_capacity: int = 100_000
     """Replay ring size in transitions."""
+    replay: ReplayKind = "uniform"
+    """'uniform', or 'prioritized' (Schaul et al. 2016, as Ape-X uses it): a transition is drawn with
+    probability p^alpha / sum p^alpha, p its last |TD error| (+ priority_eps), and the loss weighted by
+    importance-sampling weights (N P)^-beta / max over the batch, beta annealed to 1 over the run."""
+    priority_alpha: float = 0.6
+    """Prioritization exponent alpha in [0, 1] (0: uniform draws; Ape-X 0.6)."""
+    priority_beta: float = 0.4
+    """Importance-sampling exponent at the start, in [0, 1]; annealed linearly to 1 over the env-step
+    budget (Ape-X 0.4)."""
+    priority_eps: float = 1e-6
+    """Added to |TD error| so that no transition has priority 0 (> 0)."""
+    initial_priority: InitialPriority = "actor"
+    """A new transition's priority: 'actor' (Ape-X: the actor's own |TD error| with its copy of the network,
+    bootstrapping with its max_a Q(s', a)) or 'max' (the largest priority so far, as in Schaul et al.)."""
     gamma: float = 0.99
     """Discount in [0, 1)."""
     lr: float = 1e-3
@@ -160,6 +176,10 @@ class AgentConfig:
             self.buffer_capacity,
         )
         _require(0.0 <= self.gamma < 1.0, "gamma", "a float in [0, 1)", self.gamma)
+        for name in ("priority_alpha", "priority_beta"):
+            _require(0.0 <= getattr(self, name) <= 1.0, name, "a float in [0, 1]", getattr(self, name))
+        _require(math.isfinite(self.priority_eps) and self.priority_eps > 0, "priority_eps", "a finite float > 0",
+                 self.priority_eps)  # fmt: skip
         _require(math.isfinite(self.lr) and self.lr > 0, "lr", "a finite float > 0", self.lr)
         _require(math.isfinite(self.max_grad_norm) and self.max_grad_norm > 0, "max_grad_norm",
                  "a finite float > 0 (1e30: no clipping)", self.max_grad_norm)
@@ -209,8 +229,10 @@ class RunConfig:
     one stacked learner update for all; each replica is a run of its own (docs/design.md: replica)."""
     writers: Writers = "single"
     """Who writes the parameters: 'single' (the learner alone: the design); 'hogwild' (every worker
-    steps shared parameters without a lock) and 'local_copies' (each worker trains its own copy and
-    writes it back, last writer wins) exist only as measured counterexamples (docs/design.md: writers)."""
+    steps shared parameters without a lock), 'local_copies' (each worker trains its own copy and
+    writes it back, last writer wins) and 'a3c' (each worker pushes gradients computed on a local copy,
+    synced at its weight pulls, into the shared parameters without a lock) exist only as measured
+    counterexamples (docs/design.md: writers)."""
     mode: RunMode = "parallel"
     """'parallel': one process per actor; 'serial': actors stepped in the learner's process."""
     device: Device = "cpu"
@@ -288,6 +310,8 @@ class Config:
                      "copy their targets; they have no Polyak average)", a.target_update)  # fmt: skip
             _require(a.reset == "none", "reset", f"'none' with writers={r.writers!r} (its workers do not reset)",
                      a.reset)  # fmt: skip
+            _require(a.replay == "uniform", "replay", f"'uniform' with writers={r.writers!r} (its workers do not "
+                     "update priorities)", a.replay)  # fmt: skip
         _require(
             a.buffer_capacity >= e.envs_per_worker,
             "buffer_capacity",

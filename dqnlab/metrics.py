@@ -102,6 +102,9 @@ RESETS = _m("resets", "count", "plasticity resets so far", "learner", "reset")
 LOST_UPDATES = _m("lost_updates", "updates", "updates whose effect a write by another worker replaced before any write "
                   "built on them (local_copies; 0 for the single learner)", "learner", "lost update")  # fmt: skip
 LOST_UPDATE_FRAC = _m("lost_update_frac", "fraction", "lost_updates / updates", "learner", "lost update")
+STALE_GRADIENT_AGE_MEAN = _m("stale_gradient_age_mean", "updates", "a3c: mean over pushed gradients of the shared "
+                             "updates made between the local copy's sync and the push (0 for the others)", "learner",
+                             "writers")  # fmt: skip
 RACED_WRITE_FRAC = _m("raced_write_frac", "fraction", "parameter writes that overlapped another worker's write (hogwild; "
                       "0 for the single learner)", "learner", "writers")  # fmt: skip
 

@@ -57,6 +57,10 @@ PRESETS = {
     # steps around the base's 256 (its cells at period 256 are the cartpole preset's plain env-step cells)
     "target_period": {"base": dict(CARTPOLE, target_unit="env_steps", layer_norm=False, reset="none"),
                       "grid": {"utd": [1.0, 4.0], "target_period": [16, 64, 256, 1024]}, "jobs": 2},
+    # van Hasselt et al. 2018 saw more soft divergence with stronger prioritization: plain DQN at UTD {1, 4, 16},
+    # uniform vs prioritized replay (alpha 0.6, beta 0.4 -> 1), target period in env steps
+    "prioritized": {"base": dict(CARTPOLE, target_unit="env_steps", layer_norm=False, reset="none"),
+                    "grid": {"utd": [1.0, 4.0, 16.0], "replay": ["uniform", "prioritized"]}, "jobs": 2},
     "smoke": {
         "base": dict(CARTPOLE, total_env_steps=1200, learning_starts=400, batch_size=32, probe_size=64,
                      hidden_sizes=(32, 32), log_every=100, eval_every_steps=400, eval_episodes=2, replicas=2),  # fmt: skip

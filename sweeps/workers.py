@@ -42,6 +42,16 @@ PRESETS = {
         "variants": WORKERS,
         "jobs": 1,  # one trial at a time: worker speeds are the subject
     },
+    # Ape-X's question: does prioritized replay change whose transitions are used (a slow worker's, long
+    # episodes')? Each setup with uniform and prioritized replay (alpha 0.6, beta 0.4 -> 1, actors' priorities)
+    "prioritized": {
+        "base": dict(env_id="CartPole-v1", total_env_steps=20_000, learning_starts=1000, eval_every_steps=1000,
+                     eval_episodes=10, log_every=250, utd=1.0, num_workers=2, target_period=500,
+                     target_unit="env_steps", replicas=10),  # fmt: skip
+        "grid": {"variant": ["homogeneous", "one_slow", "one_long_episodes"], "replay": ["uniform", "prioritized"]},
+        "variants": WORKERS,
+        "jobs": 1,
+    },
     "smoke": {
         "base": dict(env_id="CartPole-v1", total_env_steps=1200, learning_starts=400, batch_size=32, probe_size=64,
                      hidden_sizes=(32, 32), log_every=100, eval_every_steps=400, eval_episodes=2, num_workers=2,

@@ -35,7 +35,7 @@ PRESETS = {
     },
     "naive": {
         "base": dict(BASE, replicas=1),
-        "grid": {"writers": ["hogwild", "local_copies"], "num_workers": [2, 4], "utd": [1.0, 4.0],
+        "grid": {"writers": ["hogwild", "local_copies", "a3c"], "num_workers": [2, 4], "utd": [1.0, 4.0],
                  "seed": list(range(10))},  # fmt: skip
         "jobs": 1,
     },

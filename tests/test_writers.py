@@ -163,3 +163,35 @@ def test_hogwild_counts_a_write_that_overlaps_another_and_none_when_they_take_tu
     _take(a, 1)
     assert counters[WRITES] == 4 and counters[RACED] == 2  # both writes of the overlapping pair raced
     parts.pool.stop()
+
+
+def test_a3c_pushes_gradients_computed_on_a_stale_copy_and_measures_how_stale():
+    from dqnlab.engine.naive import DONE, STALE_N, STALE_SUM, WRITES, WorkerUpdates
+
+    config, parts = _naive_parts("a3c")
+    a, b = (WorkerUpdates(w, config, parts.replay, parts.naive, parts.layout, 4, 2) for w in (0, 1))
+    counters, shared = parts.naive.counters, parts.naive.params
+    before = shared.copy()
+    local = np.empty_like(shared)
+    a.acting_params(local)
+    _take(b, 3)  # B pushes 3 gradients; A's copy has seen none of them
+    assert not np.array_equal(shared, before)  # pushed into the shared floats
+    _take(a, 1)
+    a.acting_params(local)
+    assert np.array_equal(local, before)  # A's copy did not move: it pushes, it does not step itself
+    assert counters[DONE] == 4 and counters[WRITES] == 4 and counters[STALE_N] == 4
+    assert counters[STALE_SUM] == 0 + 1 + 2 + 3  # B's copy also fell behind its own pushes; A's by 3
+    a.sync()
+    _take(a, 1)
+    assert counters[STALE_SUM] == 6  # just synced: age 0
+    parts.pool.stop()
+
+
+def test_an_a3c_run_takes_exactly_the_owed_updates_and_reports_stale_gradients(leak_guard):
+    from dqnlab.metrics import STALE_GRADIENT_AGE_MEAN
+
+    result = train(small(writers="a3c"))
+    final = result.final
+    assert final[UPDATES] == 1000 and final[LOST_UPDATES] == 0
+    assert final[STALE_GRADIENT_AGE_MEAN] > 0 and 0 <= final[RACED_WRITE_FRAC] <= 1
+    assert f"stale_gradient_age_mean={final[STALE_GRADIENT_AGE_MEAN]:.1f}" in result.summary()

@@ -23,6 +23,12 @@ class Batch:
     worker: np.ndarray
     version: np.ndarray
     insert_updates: np.ndarray
+    weights: np.ndarray | None = None
+    """Prioritized replay: each row's importance-sampling weight (the loss is weighted by it); None: uniform."""
+    slots: np.ndarray | None = None
+    """The ring slots drawn (prioritized replay updates their priorities after the update)."""
+    seq: np.ndarray | None = None
+    """The drawn transitions' sequence numbers (a slot overwritten since is not re-prioritized)."""
 
     def learner_arrays(self) -> tuple[np.ndarray, ...]:
         """What the learner's gradient step reads, in its argument order: obs, actions, rewards,

@@ -114,12 +114,13 @@ class Learner:
             return QNetwork(self.obs_dim, self.num_actions, n.hidden_sizes, n.layer_norm)
 
     def batch_tensors(self, batch: Batch) -> list[torch.Tensor]:
-        """The arrays :meth:`gradient_step` reads (obs, actions, rewards, next_obs, terminated) as
-        tensors on the learner's device."""
-        return [torch.from_numpy(x).to(self.device, non_blocking=True) for x in batch.learner_arrays()]
+        """The arrays :meth:`gradient_step` reads (obs, actions, rewards, next_obs, terminated, and the
+        importance-sampling weights of a prioritized batch) as tensors on the learner's device."""
+        arrays = batch.learner_arrays() + ((batch.weights,) if batch.weights is not None else ())
+        return [torch.from_numpy(x).to(self.device, non_blocking=True) for x in arrays]
 
     def gradient_step(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, next_obs: torch.Tensor,
-                      terminated: torch.Tensor) -> StepOutputs:  # fmt: skip
+                      terminated: torch.Tensor, weights: torch.Tensor | None = None) -> StepOutputs:  # fmt: skip
         """One gradient step of every active replica on its own batch (``(K, B, ...)`` tensors): TD
         target, per-replica loss (Huber or MSE, the mean over the batch) and its gradient, per-replica
         clipping, Adam. Tensor ops only: no host sync and no branch on the data (what a CUDA graph
@@ -132,11 +133,15 @@ class Learner:
         q_sa = q_all.gather(-1, picked).squeeze(-1)
         diff = q_sa - target
         if a.loss == "mse":  # mean (q - y)^2; d/dq_sa = 2 (q_sa - y) / B
-            loss = diff.square().mean(dim=1)
+            per_element = diff.square()
             dq_sa = diff.mul(2.0 / q_sa.shape[1])
         else:  # mean Huber (beta 1); d/dq_sa = clamp(q_sa - y, -1, 1) / B
-            loss = F.smooth_l1_loss(q_sa, target, reduction="none").mean(dim=1)
+            per_element = F.smooth_l1_loss(q_sa, target, reduction="none")
             dq_sa = diff.clamp(-1.0, 1.0).div_(q_sa.shape[1])
+        if weights is not None:  # prioritized replay: each element's loss weighted by its IS weight
+            per_element = per_element * weights
+            dq_sa = dq_sa * weights
+        loss = per_element.mean(dim=1)
         # only the taken action's Q moves
         grads = self.net.backward(tape, torch.zeros_like(q_all).scatter_(-1, picked, dq_sa.unsqueeze(-1)))
         if not self._all_active:
@@ -176,6 +181,8 @@ class Learner:
         replica's Q statistics of this batch when ``want_stats`` (cheap otherwise: no host sync)."""
         out = self.gradient_step(*self.batch_tensors(batch))
         self.finish_update(out, env_steps)
+        self.last_td_errors = out.q_sa - out.target
+        """``(K, B)`` TD errors of the latest update (prioritized replay's new priorities)."""
         if not want_stats:
             return None
         losses = out.loss.cpu().tolist()

@@ -8,6 +8,8 @@
   one worker, every diagnostic on), and end-to-end env steps/s at utd 0.25, 1, 4 with 1 and 2 workers;
 - reference: the same update by autograd and ``torch.optim.Adam(fused=True)``, sampling from the same
   shared replay: what the hand-written backward and the stacked Adam are measured against;
+- replay: the cost of a call on a full 100k ring, batch 128: a uniform draw, a prioritized draw (sum
+  tree), a priority update;
 - replicas: the stacked learner's run-updates/s (one update of K replicas = K run-updates; sampling
   from the shared replay included) at K = 1, 2, 4, 8, 16, and one unthrottled actor stepping
   K x envs_per_worker environments (K x envs = 1, 8, 32).
@@ -219,6 +221,35 @@ def autograd_learner(updates: int) -> float:
         return updates / (time.perf_counter() - t)
 
 
+def replay_calls(kind: str, calls: int) -> float:
+    """Calls/s of one replay operation on a full 100,000-slot ring of 1 replica, batch 128: ``uniform``
+    or ``prioritized`` sampling, or ``update`` (prioritized: the batch's new priorities)."""
+    config = Config.from_flat(buffer_capacity=100_000)
+    arena = SharedArena()
+    limiter = RateLimiter(1.0, 0, 1.0, strict=False)
+    priorities = None if kind == "uniform" else (0.6, 1e-6)
+    replay = SharedReplay(arena, mp.get_context("fork").Lock(), 100_000, 4, 1, limiter, 10**9, 1, priorities)
+    arena.allocate()
+    replay.bind()
+    rng = np.random.default_rng(0)
+    n = 100_000
+    obs = rng.standard_normal((1, n, 4)).astype(np.float32)
+    replay.claim(n)
+    replay.commit(0, obs, rng.integers(0, 2, (1, n)), np.ones((1, n), np.float32), obs, np.zeros((1, n), bool),
+                  np.zeros((1, n), bool), np.zeros((1, n), np.int64), 0, [], claim_next=0,
+                  priorities=rng.random((1, n)) if priorities else None)  # fmt: skip
+    rngs = [np.random.default_rng(1)]
+    batch = replay.sample(rngs, config.agent.batch_size)
+    errors = rng.random((1, config.agent.batch_size))
+    start = time.perf_counter()
+    for _ in range(calls):
+        if kind == "update":
+            replay.update_priorities(batch.slots, batch.seq, errors)
+        else:
+            replay.sample(rngs, config.agent.batch_size, beta=0.5)
+    return calls / (time.perf_counter() - start)
+
+
 def engine_run(utd: float, workers: int, total: int, **overrides) -> dict[str, float]:
     config = Config.from_flat(
         num_workers=workers, utd=utd, total_env_steps=total, learning_starts=1000, eval_every_steps=0, **overrides
@@ -268,6 +299,11 @@ def main(argv: list[str] | None = None) -> int:
             rows.append((f"dqnlab: end-to-end utd {utd:g}, {workers} worker(s)", m[M.ENV_STEPS_PER_S], "env steps/s",
                          f"{m[M.ENV_STEPS_PER_S] / limit:.2f}x min(actors, bare/utd); "
                          f"utd {m[M.UTD_REALISED]:.4f}, staleness {m[M.ACTOR_STALENESS_RUN_MEAN]:.1f} upd"))  # fmt: skip
+    uniform = _median_rate(lambda: replay_calls("uniform", int(2000 * scale)), r)
+    rows.append(("replay: sample a batch, uniform (100k slots)", uniform, "calls/s", f"{1e6 / uniform:.0f} us a call"))
+    for kind, what in (("prioritized", "sample a batch, prioritized"), ("update", "priorities of a batch, updated")):
+        rate = _median_rate(lambda kind=kind: replay_calls(kind, int(2000 * scale)), r)
+        rows.append((f"replay: {what}", rate, "calls/s", f"{1e6 / rate:.0f} us a call, {uniform / rate:.1f}x uniform's"))
     reference = _median_rate(lambda: autograd_learner(int(600 * scale)), r)
     rows.append(("reference: autograd + torch.optim.Adam (fused)", reference, "updates/s",
                  f"{reference / bare:.2f}x bare loop"))  # fmt: skip

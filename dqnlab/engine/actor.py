@@ -138,8 +138,10 @@ class Actor:
         return u
 
     def act(self, obs: np.ndarray, epsilon: float) -> np.ndarray:
-        """Epsilon-greedy actions ``(K, n)`` for observations ``(K, n, obs_dim)``."""
-        actions = self.policy.q_values(obs).argmax(axis=-1)
+        """Epsilon-greedy actions ``(K, n)`` for observations ``(K, n, obs_dim)`` (their Q-values are kept
+        in ``self._q``: prioritized replay's initial priorities read them)."""
+        self._q = self.policy.q_values(obs)
+        actions = self._q.argmax(axis=-1)
         explore = self._uniforms() < epsilon
         if explore.any():
             for r in np.flatnonzero(explore.any(axis=1)):
@@ -181,11 +183,24 @@ class Actor:
         code = self.replay.commit(
             self.worker, obs, actions, rewards, next_obs, terminated, truncated, episode,
             self.version, finished, claim_next=self.n, health_check=self.health_check,
+            priorities=self._initial_priorities(actions, rewards, next_obs, terminated),
         )  # fmt: skip
         self._current = 1 - self._current
         self._since_sync += self.n
         self._claimed = code == GO
         return GO
+
+    def _initial_priorities(self, actions, rewards, next_obs, terminated) -> np.ndarray | None:
+        """Ape-X: a transition's first priority is its |TD error| by this actor's copy of the network,
+        ``|r + gamma (1 - terminated) max_a Q(s', a) - Q(s, a)|`` (no target network on the actor);
+        None (the replay then uses the largest priority so far) unless replay is prioritized with
+        ``initial_priority='actor'``."""
+        a = self.config.agent
+        if a.replay != "prioritized" or a.initial_priority != "actor":
+            return None
+        q_taken = np.take_along_axis(self._q, actions[..., None], axis=-1)[..., 0]
+        q_next = self.policy.q_values(next_obs).max(axis=-1)
+        return np.abs(rewards + a.gamma * np.where(terminated, 0.0, q_next) - q_taken)
 
     def close(self) -> None:
         for bank in self.banks:

@@ -55,8 +55,9 @@ def build(config: Config, obs_dim: int, num_actions: int) -> EngineParts:
     learner = Learner(config, obs_dim, num_actions, r.device)
     layout = learner.net.layout()
     arena = SharedArena()
+    priorities = (a.priority_alpha, a.priority_eps) if a.replay == "prioritized" else None
     replay = SharedReplay(arena, mp.get_context("fork").Lock(), a.buffer_capacity, obs_dim, c.env.num_workers, limiter,
-                          r.total_env_steps, r.replicas)  # fmt: skip
+                          r.total_env_steps, r.replicas, priorities)  # fmt: skip
     weights = WeightBroadcast(arena, r.replicas * layout.size)
     board = ActorBoard(arena, c.env.num_workers)
     naive = None

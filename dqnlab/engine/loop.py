@@ -98,10 +98,12 @@ class LearnerLoop:
                 attempt = 0
                 if self.probe is None:
                     self.probe = torch.from_numpy(replay.sample_obs(self.rngs, r.probe_size))
-                batch = replay.sample(self.rngs, p.config.agent.batch_size, health)
+                batch = replay.sample(self.rngs, p.config.agent.batch_size, health, beta=self._beta(env_steps))
                 self.window.lag.add(updates, batch.version, batch.insert_updates)
                 log_now = (updates + 1) % r.log_every == 0
                 stats = learner.update(batch, want_stats=log_now, env_steps=env_steps)
+                if batch.weights is not None:
+                    replay.update_priorities(batch.slots, batch.seq, learner.last_td_errors.cpu().numpy())
                 replay.set_updates(learner.updates)
                 if learner.updates % r.publish_every == 0:
                     p.publish()
@@ -123,13 +125,20 @@ class LearnerLoop:
             if self.evaluator.due(replay.env_steps) and not self._evaluate():
                 return "diverged"
 
+    def _beta(self, env_steps: int) -> float:
+        """Prioritized replay's importance-sampling exponent: ``priority_beta`` annealed linearly to 1
+        over the env-step budget (Schaul et al.)."""
+        a, total = self.parts.config.agent, self.parts.config.run.total_env_steps
+        return a.priority_beta + (1.0 - a.priority_beta) * min(1.0, env_steps / total)
+
     # --- hooks a loop whose workers write the parameters replaces -------------------------------
     def read_shared_parameters(self) -> None:
         """Make the learner's network the parameters to evaluate and probe: it already is."""
 
-    def writer_counts(self) -> tuple[float, float]:
-        """``(lost updates, raced-write fraction)``: the single learner loses and races nothing."""
-        return 0.0, 0.0
+    def writer_counts(self) -> tuple[float, float, float]:
+        """``(lost updates, raced-write fraction, stale-gradient age)``: the single learner loses and races
+        nothing, and its gradients are computed at the parameters they update."""
+        return 0.0, 0.0, 0.0
 
     def _finish(self, status: str) -> str:
         """A last evaluation (unless one was just taken at this env step) and a last log point of every

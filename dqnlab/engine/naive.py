@@ -5,6 +5,12 @@
   Adam state and target copy). A write *races* when another worker's write is in progress at the
   same time (both started before either finished): the two optimizer steps interleave on the same
   floats.
+- ``a3c``: A3C-style gradient pushing (Mnih et al. 2016's asynchronous one-step Q-learning): each
+  worker computes its gradient on a local copy, synced from the shared vector at each of its actor's
+  weight pulls (every ``sync_every`` of its env steps), and applies it to the shared vector with its
+  own optimizer, without a lock. The gradient is *stale*: computed at parameters that the other
+  workers' pushes have moved since the sync; its age (shared updates since the copy's sync) is
+  measured, and a push that overlaps another one raced, as in ``hogwild``. Nothing is overwritten.
 - ``local_copies``: what users describe: each worker trains its own copy on its own transitions
   between syncs (every ``sync_every`` of its env steps it reads the shared vector), and writes its
   whole vector back after every update; the last writer wins. Which updates each vector contains is
@@ -40,7 +46,7 @@ from dqnlab.engine.shared import SharedArena
 from dqnlab.engine.worker_process import run_worker_process
 
 # counters of the naive shared state
-CLAIMED, DONE, WRITES, RACED, IN_FLIGHT, STARTED, OVERWRITTEN = range(7)
+CLAIMED, DONE, WRITES, RACED, IN_FLIGHT, STARTED, OVERWRITTEN, STALE_SUM, STALE_N = range(9)
 
 
 class LineageBook:
@@ -84,7 +90,7 @@ class NaiveShared:
         self.lock = lock
         self._arena = arena
         arena.add("naive.params", num_params, np.float32)
-        arena.add("naive.counters", 7, np.int64)
+        arena.add("naive.counters", 9, np.int64)
         arena.add("naive.lineage", max(1, max_updates), np.bool_)  # which updates the shared vector contains
 
     def bind(self) -> None:
@@ -109,17 +115,25 @@ class WorkerUpdates:
         self.net = QNetwork(obs_dim, num_actions, n.hidden_sizes, n.layer_norm)
         self.layout = layout
         self._flat = np.zeros(layout.size, dtype=np.float32)
-        if self.mode == "hogwild":  # the parameters are the shared floats themselves
+        self._synced_at = 0  # a3c: the shared updates done when the local copy last took the shared vector
+        if self.mode in ("hogwild", "a3c"):  # the optimizer's parameters: the shared floats themselves
+            self.shared_net = QNetwork(obs_dim, num_actions, n.hidden_sizes, n.layer_norm)
             views = layout.views(shared.params)
-            for name, p in self.net.named_parameters():
+            for name, p in self.shared_net.named_parameters():
                 p.data = torch.from_numpy(views[name])
+            if self.mode == "hogwild":
+                self.net = self.shared_net
+            else:
+                self.sync()
         else:
             self.book = LineageBook(shared.lineage)
             self.sync()
         self.target = copy.deepcopy(self.net)
         for p in self.target.parameters():
             p.requires_grad_(False)
-        self.opt = torch.optim.Adam(self.net.parameters(), lr=config.agent.lr)
+        # a3c pushes its local gradient into the shared floats: its optimizer steps those
+        stepped = self.shared_net if self.mode == "a3c" else self.net
+        self.opt = torch.optim.Adam(stepped.parameters(), lr=config.agent.lr)
         self.rng = np.random.default_rng([config.run.seed, worker, 7])
         a = config.agent
         # the target copies on the run's schedule, counted on the global update count or env steps
@@ -127,10 +141,13 @@ class WorkerUpdates:
         self._updates_mark = 0  # target periods of the global update count already copied
 
     def sync(self) -> None:
-        """local_copies: the copy becomes the shared vector again (with its lineage)."""
+        """local_copies, a3c: the copy becomes the shared vector again (local_copies: with its lineage)."""
         with self.shared.lock:
             flat = torch.from_numpy(self.shared.params.copy())
-            self.book.read()
+            if self.mode == "a3c":
+                self._synced_at = int(self.shared.counters[DONE])
+            else:
+                self.book.read()
         with torch.no_grad():
             for p, view in zip(self.net.parameters(), self.layout.views(flat).values()):
                 p.copy_(view)
@@ -175,17 +192,24 @@ class WorkerUpdates:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.net.parameters(), a.max_grad_norm)
         c = self.shared.counters
-        if self.mode == "hogwild":
+        if self.mode in ("hogwild", "a3c"):
+            if self.mode == "a3c":  # the local copy's gradient, pushed into the shared parameters
+                for shared_p, local_p in zip(self.shared_net.parameters(), self.net.parameters()):
+                    shared_p.grad = local_p.grad
             with self.shared.lock:
                 racing = c[IN_FLIGHT] > 0
                 c[IN_FLIGHT] += 1
                 c[STARTED] += 1
                 started = c[STARTED]
+                age = int(c[DONE]) - self._synced_at  # shared updates the local copy has not seen
             self.opt.step()  # straight into the shared floats, no lock
             with self.shared.lock:
                 c[IN_FLIGHT] -= 1
                 c[WRITES] += 1
                 c[RACED] += int(racing or c[STARTED] != started)
+                if self.mode == "a3c":
+                    c[STALE_SUM] += age
+                    c[STALE_N] += 1
                 c[DONE] += 1
                 self.replay.set_updates(int(c[DONE]))
         else:
@@ -214,7 +238,7 @@ class WorkerUpdates:
         return self._target.due(done, self.replay.env_steps)
 
     def _sample(self) -> Batch:
-        if self.mode == "hogwild":
+        if self.mode in ("hogwild", "a3c"):  # the shared replay, as one learner would
             return self.replay.sample([self.rng], self.config.agent.batch_size)
         return self.replay.sample_worker(self.rng, self.config.agent.batch_size, self.worker)
 
@@ -227,7 +251,7 @@ class NaiveWeights:
         self.updates = updates
 
     def read_into(self, out: np.ndarray) -> int:
-        if self.updates.mode == "local_copies":
+        if self.updates.mode in ("local_copies", "a3c"):
             self.updates.sync()
         self.updates.acting_params(out)
         return int(self.updates.shared.counters[DONE])

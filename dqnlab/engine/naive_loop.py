@@ -12,7 +12,7 @@ import torch
 
 from dqnlab.agent.networks import load_flat_
 from dqnlab.engine.loop import HOUSEKEEPING_S, LearnerLoop
-from dqnlab.engine.naive import DONE, RACED, WRITES, lost_updates
+from dqnlab.engine.naive import DONE, RACED, STALE_N, STALE_SUM, WRITES, lost_updates
 
 
 class NaiveLoop(LearnerLoop):
@@ -48,10 +48,11 @@ class NaiveLoop(LearnerLoop):
         load_flat_(self.parts.learner.net, flat)
         self.parts.learner.updates = int(naive.counters[DONE])
 
-    def writer_counts(self) -> tuple[float, float]:
+    def writer_counts(self) -> tuple[float, float, float]:
         naive = self.parts.naive
         with naive.lock:
             counts = naive.counters
             lost = lost_updates(naive.lineage, int(counts[DONE])) if self.parts.config.run.writers == "local_copies" else 0
             raced = float(counts[RACED]) / max(int(counts[WRITES]), 1)
-        return float(lost), raced
+            stale = float(counts[STALE_SUM]) / max(int(counts[STALE_N]), 1)
+        return float(lost), raced, stale

@@ -1,4 +1,4 @@
-"""Shared replay: a preallocated ring in anonymous shared memory, uniform sampling.
+"""Shared replay: a preallocated ring in anonymous shared memory, uniform or prioritized sampling.
 
 Owns the transition storage, the env-step budget, the limiter's counters and the per-worker
 accounting (produced, resident, sampled). All writes to the ring and counters happen under one
@@ -13,6 +13,13 @@ its own generator (:meth:`sample`), and sampled shares are counted per replica.
 Invariants (tested): every committed transition gets a unique global sequence number ``seq`` and
 lands in slot ``seq % capacity``; ``produced[w]`` counts worker ``w``'s committed env steps;
 ``resident[w]`` counts its transitions currently in the ring; ``sum(produced) == env_steps``.
+
+Prioritized replay (``priorities`` given; Schaul et al. 2016, Ape-X): per replica a sum tree over the
+slots (:mod:`dqnlab.engine.sumtree`, in shared memory) holds ``p^alpha``; a committed transition
+takes the priority its actor computed (or the largest so far), :meth:`sample` draws slot ``i`` with
+probability ``p_i^alpha / sum p^alpha`` (stratified: one draw in each of B equal slices of the mass)
+and returns importance-sampling weights, and :meth:`update_priorities` sets the sampled slots' new
+priorities after an update, skipping a slot overwritten meanwhile (its ``seq`` changed).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from dqnlab.agent.batch import Batch
+from dqnlab.engine import sumtree
 from dqnlab.engine.limiter import RateLimiter
 from dqnlab.engine.shared import SharedArena
 
@@ -45,13 +53,16 @@ class SharedReplay:
         limiter: RateLimiter,
         total_env_steps: int,
         replicas: int = 1,
+        priorities: tuple[float, float] | None = None,
     ):
+        """``priorities``: ``(alpha, eps)`` for prioritized replay; None: uniform."""
         self.capacity = capacity
         self.obs_dim = obs_dim
         self.num_workers = num_workers
         self.limiter = limiter
         self.total_env_steps = total_env_steps
         self.replicas = replicas
+        self.priorities = priorities
         self._lock = lock
         self._arena = arena
         c, w, k = capacity, num_workers, replicas
@@ -79,6 +90,9 @@ class SharedReplay:
             ("ep_finished", (k, w), np.int64),  # episodes finished over the run, per replica and worker (exact)
         ]:
             arena.add(f"replay.{name}", shape, dtype)
+        if priorities is not None:
+            arena.add("replay.prio_tree", (k, 2 * sumtree.leaves_for(c)), np.float64)  # p^alpha per slot
+            arena.add("replay.prio_max", k, np.float64)  # the largest priority p so far (not ^alpha)
         self.sampled = np.zeros((k, w), dtype=np.int64)  # learner-local: batch elements drawn, per replica and worker
         self._episodes_read = 0
         self.episodes_unread = 0
@@ -190,10 +204,12 @@ class SharedReplay:
         finished: list[tuple[int, float, int]],
         claim_next: int,
         health_check: Callable[[], None] | None = None,
+        priorities: np.ndarray | None = None,
     ) -> int:
         """Insert the ``n`` transitions per replica of one claimed actor step (arrays ``(K, n, ...)``),
         log finished episodes ``(replica, return, length)``, and try to claim the next ``claim_next``
-        steps (returns its code)."""
+        steps (returns its code). Prioritized replay: ``priorities`` ``(K, n)`` (the actor's |TD errors|),
+        else the largest priority so far."""
         n = actions.shape[1]
         a = self._a
         self._acquire(health_check)  # not ``with self._locked``: the generator costs ~1.5 us per commit
@@ -221,6 +237,8 @@ class SharedReplay:
             a["insert_updates"][slots] = self._counters[2]
             a["resident"][worker] += n
             a["produced"][worker] += n
+            if self.priorities is not None:
+                self._set_priorities(np.arange(start, start + n) % self.capacity, priorities, n)
             self._counters[1] = start + n
             for replica, ret, length in finished:
                 k = int(a["ep_count"][0]) % EPISODE_LOG_CAPACITY
@@ -235,16 +253,42 @@ class SharedReplay:
         finally:
             self._lock.release()
 
+    def _set_priorities(self, slots: np.ndarray, priorities: np.ndarray | None, n: int) -> None:
+        """Replica k's slots ``slots`` take priorities ``priorities[k]`` (|TD errors|; None: the largest so
+        far, 1 at first), stored as ``(p + eps)^alpha``. Caller holds the lock."""
+        alpha, eps = self.priorities
+        a, k = self._a, self.replicas
+        if priorities is None:
+            p = np.broadcast_to(np.where(a["prio_max"] > 0, a["prio_max"], 1.0)[:, None], (k, n))
+        else:
+            p = np.abs(np.asarray(priorities, dtype=np.float64)).reshape(k, n) + eps
+            np.maximum(a["prio_max"], p.max(axis=1), out=a["prio_max"])
+        rows = np.repeat(np.arange(k), n)
+        sumtree.set_leaves(a["prio_tree"], rows, np.tile(slots, k), (p**alpha).ravel())
+
     # --- learner side --------------------------------------------------------------------------
     def sample(self, rngs: list[np.random.Generator], batch_size: int,
-               health_check: Callable[[], None] | None = None) -> Batch:  # fmt: skip
-        """One uniform batch per replica (with replacement, over the resident slots), replica k's drawn
-        with ``rngs[k]``: arrays ``(K, batch_size, ...)``. Counts draws per replica and worker."""
+               health_check: Callable[[], None] | None = None, beta: float = 1.0) -> Batch:  # fmt: skip
+        """One batch per replica (with replacement, over the resident slots), replica k's drawn with
+        ``rngs[k]``: arrays ``(K, batch_size, ...)``. Uniform; or, with prioritized replay, slot i with
+        probability ``P(i) = p_i^alpha / sum p^alpha`` (one uniform draw in each of ``batch_size`` equal
+        slices of the mass), with importance-sampling weights ``(size P(i))^-beta`` divided by the
+        batch's largest. Counts draws per replica and worker."""
         a, k = self._a, self.replicas
+        weights = None
         self._acquire(health_check)  # not ``with self._locked``: see commit
         try:
             size = min(int(self._counters[1]), self.capacity)
-            if k == 1:
+            if self.priorities is not None:
+                tree = a["prio_tree"]
+                mass = (np.stack([rng.random(batch_size) for rng in rngs]) + np.arange(batch_size)) / batch_size
+                mass *= sumtree.total(tree)[:, None]
+                slots = np.minimum(sumtree.find(tree, mass), size - 1)  # guards a float edge past the last slot
+                probs = tree[self._replica_rows, slots + tree.shape[1] // 2] / sumtree.total(tree)[:, None]
+                weights = (size * probs) ** -beta
+                weights = (weights / weights.max(axis=1, keepdims=True)).astype(np.float32)
+                cells = slots * k + self._replica_rows
+            elif k == 1:
                 slots = rngs[0].integers(0, size, size=(1, batch_size))
                 cells = slots
             else:
@@ -254,7 +298,8 @@ class SharedReplay:
             batch = Batch(obs=c["obs"][cells], actions=c["actions"][cells], rewards=c["rewards"][cells],
                           next_obs=c["next_obs"][cells], terminated=c["terminated"][cells],
                           worker=a["worker"][slots], version=a["version"][slots],
-                          insert_updates=a["insert_updates"][slots])  # fmt: skip
+                          insert_updates=a["insert_updates"][slots], weights=weights, slots=slots,
+                          seq=a["seq"][slots] if weights is not None else None)  # fmt: skip
         finally:
             self._lock.release()
         w = self.num_workers
@@ -263,6 +308,18 @@ class SharedReplay:
         else:  # one bincount over (replica, worker) pairs
             self.sampled += np.bincount((batch.worker + self._replica_rows * w).ravel(), minlength=k * w).reshape(k, w)
         return batch
+
+    def update_priorities(self, slots: np.ndarray, seq: np.ndarray, td_errors: np.ndarray) -> None:
+        """After an update: the sampled slots ``(K, B)`` take their new |TD errors| as priorities, unless a
+        commit has overwritten the slot since it was drawn (its ``seq`` changed)."""
+        alpha, eps = self.priorities
+        a = self._a
+        p = np.abs(np.asarray(td_errors, dtype=np.float64)) + eps
+        with self._locked(None):
+            fresh = a["seq"][slots] == seq
+            rows = np.broadcast_to(self._replica_rows, slots.shape)[fresh]
+            sumtree.set_leaves(a["prio_tree"], rows, slots[fresh], p[fresh] ** alpha)
+            np.maximum(a["prio_max"], p.max(axis=1), out=a["prio_max"])
 
     def sample_worker(self, rng: np.random.Generator, batch_size: int, worker: int) -> Batch:
         """One replica's uniform batch over the resident transitions ``worker`` produced (the naive

@@ -18,6 +18,7 @@ SUMMARY_KEYS = [
 NAIVE_KEYS = {
     "local_copies": [(M.LOST_UPDATES, "{:.0f}"), (M.LOST_UPDATE_FRAC, "{:.3f}")],
     "hogwild": [(M.RACED_WRITE_FRAC, "{:.3f}")],
+    "a3c": [(M.RACED_WRITE_FRAC, "{:.3f}"), (M.STALE_GRADIENT_AGE_MEAN, "{:.1f}")],
 }
 """What a naive-writers run exists to measure, added to its summary."""
 

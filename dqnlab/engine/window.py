@@ -24,6 +24,7 @@ from dqnlab.metrics import (
     LOST_UPDATES,
     RACED_WRITE_FRAC,
     RESETS,
+    STALE_GRADIENT_AGE_MEAN,
     TARGET_UPDATES,
     TD_LOSS,
     TIME_S,
@@ -40,8 +41,9 @@ from dqnlab.metrics import (
 
 
 class MetricsWindow:
-    def __init__(self, parts: EngineParts, writer_counts: Callable[[], tuple[float, float]]):
-        """``writer_counts()``: ``(lost updates, raced-write fraction)`` of whoever writes the parameters."""
+    def __init__(self, parts: EngineParts, writer_counts: Callable[[], tuple[float, float, float]]):
+        """``writer_counts()``: ``(lost updates, raced-write fraction, mean stale-gradient age)`` of whoever
+        writes the parameters."""
         self.parts = parts
         self.writer_counts = writer_counts
         self.lag = LagMeter(parts.config.run.replicas)
@@ -78,10 +80,11 @@ class MetricsWindow:
             shared[worker_share(w, "resident")] = resident[w] / max(resident.sum(), 1)
         shared[TARGET_UPDATES] = learner.target_updates
         shared[RESETS] = learner.resets
-        lost, raced = self.writer_counts()
+        lost, raced, stale = self.writer_counts()
         shared[LOST_UPDATES] = float(lost)
         shared[LOST_UPDATE_FRAC] = lost / max(updates, 1)
         shared[RACED_WRITE_FRAC] = raced
+        shared[STALE_GRADIENT_AGE_MEAN] = stale
         lags = self.lag.pop()
         losses = learner.pop_mean_loss()
         episodes = replay.new_episodes() if read_episodes else []
