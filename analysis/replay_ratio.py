@@ -11,6 +11,12 @@ The family of comparisons of one env, declared before reading the data and corre
   (9 contrasts; at UTD 1 both units are the same configuration);
 - each **mitigation** against plain DQN at each UTD and unit (16 contrasts).
 
+A second family, for soft divergence: at each UTD other than 1 and each variant, the seeds that
+soft-diverged at any check with the target in env steps against in updates (Fisher's exact test,
+Holm-corrected; a bootstrap of 0/10 has no spread). It asks the confound's question directly: does
+counting the target period in updates, which copies the target ``utd`` times more often per env
+step, change how often Q runs away?
+
 A study of a sub-grid (``--axis``) declares the same contrasts over the UTDs and variants it ran.
 
 The **noise floor**: at UTD 1 the two units are the same configuration with the same seeds, so their
@@ -32,7 +38,7 @@ from analysis.curves import auc_of, final_metric, soft_divergence_counts
 from analysis.family import Family
 from analysis.findings_common import Finding, fmt_ci
 from dqnlab import metrics as M
-from dqnlab.statistics import bootstrap_ci, bootstrap_difference, trend
+from dqnlab.statistics import bootstrap_ci, bootstrap_difference, fisher_exact, holm, trend
 
 VARIANTS = ["plain", "layernorm", "head_reset"]
 UNITS = ["updates", "env_steps"]
@@ -76,6 +82,33 @@ def contrasts(runs: pd.DataFrame, margin: float) -> Family:
                 family.difference(f"UTD {u:g}, target in {unit}: {v} minus plain", values.get((u, unit, v), []),
                                   values.get((u, unit, "plain"), []))  # fmt: skip
     return family
+
+
+def divergence_contrasts(runs: pd.DataFrame, hist: pd.DataFrame) -> pd.DataFrame:
+    """The soft-divergence family (module docstring): per variant and UTD other than 1, seeds soft-diverged
+    at any check with the target in env steps and in updates, Fisher's p and its Holm adjustment, and the
+    verdict (``fewer``/``more`` in env steps where the adjusted p < 0.05, else ``inconclusive``)."""
+    rows = []
+    for v in [v for v in VARIANTS if v in set(runs["variant"])]:
+        for u in sorted(runs["utd"].unique()):
+            if u == 1.0:
+                continue
+            cell = {unit: runs[(runs["utd"] == u) & (runs["target_unit"] == unit) & (runs["variant"] == v)]
+                    for unit in UNITS}  # fmt: skip
+            if any(g.empty for g in cell.values()):
+                continue
+            (env_hits, _), (upd_hits, _) = (soft_divergence_counts(cell[unit], hist) for unit in ("env_steps", "updates"))
+            n_env, n_upd = len(cell["env_steps"]), len(cell["updates"])
+            rows.append({"utd": u, "variant": v, "env_steps": f"{env_hits}/{n_env}", "updates": f"{upd_hits}/{n_upd}",
+                         "p": fisher_exact(env_hits, n_env, upd_hits, n_upd),
+                         "sign": np.sign(env_hits / n_env - upd_hits / n_upd)})  # fmt: skip
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    out["p_holm"] = holm(out["p"].to_numpy())
+    out["verdict"] = [("fewer" if s < 0 else "more") if q < 0.05 else "inconclusive"
+                      for s, q in zip(out["sign"], out["p_holm"])]  # fmt: skip
+    return out
 
 
 def noise_floor(runs: pd.DataFrame) -> pd.DataFrame:
@@ -161,6 +194,15 @@ def finding_replay_ratio(studies: dict[str, tuple[pd.DataFrame, pd.DataFrame]]) 
                    "[95% CI]): " + "; ".join(f"{f.variant} {f.difference:+.0f} [{f.low:.0f}, {f.high:.0f}]"
                                              for f in floor.itertuples()) + ".", ""]  # fmt: skip
         md += [family.markdown(digits=1), ""]
+        div = divergence_contrasts(runs, hist)
+        if not div.empty:
+            md += [f"Family *soft divergence*: {len(div)} contrasts, seeds soft-diverged at any check with the "
+                   "target in env steps vs in updates, Fisher's exact test, Holm-corrected (alpha 0.05):", "",
+                   "| UTD | variant | target in env steps | target in updates | p | Holm p | verdict (env steps) |",
+                   "|---|---|---|---|---|---|---|"]  # fmt: skip
+            md += [f"| {r.utd:g} | {r.variant} | {r.env_steps} | {r.updates} | {r.p:.2g} | {r.p_holm:.2g} | {r.verdict} |"
+                   for r in div.itertuples()]  # fmt: skip
+            md.append("")
         if env == "CartPole-v1":  # finding 5 reads the same curves
             reached = time_to_threshold(runs, hist, 475.0)
             md += ["Env steps to a greedy return of 475 (the first evaluation whose IQM over seeds reaches it; "

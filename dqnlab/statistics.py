@@ -9,6 +9,7 @@ in one axis.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -147,6 +148,23 @@ def holm(p_values: Sequence[float]) -> np.ndarray:
         running = max(running, min(1.0, (m - i) * p[k]))
         adjusted[k] = running
     return adjusted
+
+
+def fisher_exact(hits_x: int, n_x: int, hits_y: int, n_y: int) -> float:
+    """Two-sided Fisher exact p-value that two groups share one rate (``hits_x`` of ``n_x`` vs ``hits_y``
+    of ``n_y``): with the margins fixed, the total probability of the tables no more likely than the
+    observed one (hypergeometric). For counts of seeds, where a bootstrap of 0/10 has no spread."""
+    if not (0 <= hits_x <= n_x and 0 <= hits_y <= n_y):
+        raise ValueError(f"hits must lie in 0..n, got {hits_x}/{n_x} and {hits_y}/{n_y}")
+    hits, n = hits_x + hits_y, n_x + n_y
+    total = math.comb(n, hits)
+
+    def probability(k: int) -> float:
+        return math.comb(n_x, k) * math.comb(n_y, hits - k) / total
+
+    observed = probability(hits_x)
+    ks = range(max(0, hits - n_y), min(n_x, hits) + 1)
+    return float(min(1.0, sum(q for q in map(probability, ks) if q <= observed * (1 + 1e-9))))
 
 
 def equivalent(draws: np.ndarray, margin: float, alpha: float = 0.05) -> bool:

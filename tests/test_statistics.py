@@ -37,3 +37,16 @@ def test_area_under_the_curve_is_the_mean_return_over_the_run():
     assert area_under_curve([0, 10, 20], [0, 100, 100]) == pytest.approx(75.0)
     assert area_under_curve([5], [42.0]) == 42.0
     assert np.isnan(area_under_curve([], []))
+
+
+def test_fisher_exact_matches_the_textbook_tables():
+    """Fisher's tea-tasting table (3 of 4 vs 1 of 4: p 0.486) and 8 of 10 vs 0 of 10 (p 0.00072, by hand:
+    2 C(10,8) C(10,0) / C(20,8)); identical rates give 1; counts outside 0..n are refused."""
+    from dqnlab.statistics import fisher_exact
+
+    assert abs(fisher_exact(3, 4, 1, 4) - 34 / 70) < 1e-12
+    assert abs(fisher_exact(8, 10, 0, 10) - 2 * 45 / 125970) < 1e-12
+    assert fisher_exact(0, 10, 0, 10) == 1.0 and fisher_exact(5, 10, 5, 10) == 1.0
+    assert fisher_exact(0, 10, 8, 10) == fisher_exact(8, 10, 0, 10)
+    with pytest.raises(ValueError, match="0..n"):
+        fisher_exact(11, 10, 0, 10)
