@@ -46,23 +46,22 @@ def _instrument_engine(monkeypatch, audit: Audit):
 
     commit, sample, update = SharedReplay.commit, SharedReplay.sample, Learner.update
 
-    def commit_(self, worker, obs, actions, rewards, next_obs, terminated, truncated, episode, version, finished,
-                claim_next, health_check=None):  # fmt: skip
+    def commit_(self, worker, obs, actions, rewards, next_obs, terminated, truncated, *args, **kwargs):
         ends = (terminated | truncated)[0]
+        version = kwargs["version"] if "version" in kwargs else args[1]
         audit.produced_batch(worker, version, ends, rewards[0])
-        code = commit(self, worker, obs, actions, rewards, next_obs, terminated, truncated, episode, version,
-                      finished, claim_next, health_check)  # fmt: skip
+        code = commit(self, worker, obs, actions, rewards, next_obs, terminated, truncated, *args, **kwargs)
         if code != GO:  # an actor about to wait or stop (a forked actor ends with os._exit: flush now)
             audit.flush()
         return code
 
-    def sample_(self, rngs, batch_size, health_check=None):
-        batch = sample(self, rngs, batch_size, health_check)
+    def sample_(self, rngs, batch_size, *args, **kwargs):
+        batch = sample(self, rngs, batch_size, *args, **kwargs)
         audit.sampled(pack(batch.worker[0], batch.version[0], 0), self.updates)
         return batch
 
-    def update_(self, batch, want_stats=False, env_steps=None):
-        out = update(self, batch, want_stats, env_steps)
+    def update_(self, batch, *args, **kwargs):
+        out = update(self, batch, *args, **kwargs)
         audit.updated(0)
         return out
 
