@@ -99,7 +99,7 @@ def produced_share_seen(history, workers: int) -> np.ndarray:
 
 
 def test_slow_worker_transitions_are_sampled_in_proportion_to_what_it_produced(leak_guard):
-    config = small(utd=1.0, num_workers=2, total_env_steps=3000, learning_starts=300, worker_step_delay_s=(0.0, 0.002))
+    config = small(utd=1.0, num_workers=2, total_env_steps=3000, learning_starts=300, worker_step_delay_s=(0.0, 0.01))
     result = train(config)
     f = result.final
     produced = np.array([f["worker0_produced_share"], f["worker1_produced_share"]])
