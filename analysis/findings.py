@@ -35,7 +35,7 @@ from analysis.plots import save  # noqa: E402
 from analysis.replay_ratio import finding_replay_ratio  # noqa: E402
 from analysis.stats import bootstrap_ci, iqm, probability_of_improvement  # noqa: E402
 from dqnlab import metrics as M  # noqa: E402
-from dqnlab.statistics import bootstrap_difference  # noqa: E402
+from dqnlab.statistics import bootstrap_difference, fisher_exact, holm  # noqa: E402
 
 MARGIN_CARTPOLE = 50.0
 """The equivalence margin of CartPole returns (a tenth of its 0..500 range), declared with each family."""
@@ -77,6 +77,32 @@ def _final(runs: pd.DataFrame, metric: str) -> pd.Series:
     return runs[f"final_{metric}"] if f"final_{metric}" in runs else pd.Series(np.nan, index=runs.index)
 
 
+def _divergence_by_period(runs: pd.DataFrame, hist: pd.DataFrame, periods: list, utds: list) -> list[str]:
+    """Finding 4b's second family: seeds soft-diverged at any check, each period against 256 env steps at
+    each UTD (Fisher's exact test, Holm-corrected; a bootstrap of 0/10 has no spread)."""
+    rows = []
+    for utd in utds:
+        base = runs[(runs["utd"] == utd) & (runs["target_period"] == 256)]
+        for period in periods:
+            g = runs[(runs["utd"] == utd) & (runs["target_period"] == period)]
+            if period == 256 or g.empty or base.empty:
+                continue
+            hits, base_hits = soft_divergence_counts(g, hist)[0], soft_divergence_counts(base, hist)[0]
+            rows.append((utd, period, hits, len(g), base_hits, len(base),
+                         fisher_exact(hits, len(g), base_hits, len(base))))  # fmt: skip
+    if not rows:
+        return []
+    adjusted = holm([r[-1] for r in rows])
+    md = [f"Family *soft divergence*: {len(rows)} contrasts, seeds soft-diverged at any check, each period against "
+          "256 env steps, Fisher's exact test, Holm-corrected (alpha 0.05):", "",
+          "| UTD | period (env steps) | soft-diverged | at period 256 | p | Holm p | verdict |",
+          "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for (utd, period, hits, n, base_hits, base_n, p_value), q in zip(rows, adjusted):
+        verdict = ("more" if hits / n > base_hits / base_n else "fewer") if q < 0.05 else "inconclusive"
+        md.append(f"| {utd:g} | {period} | {hits}/{n} | {base_hits}/{base_n} | {p_value:.2g} | {q:.2g} | {verdict} |")
+    return md
+
+
 # --- finding 4b: target period (the study of 2026-12-04, on the old design) ----------------------------
 def finding_target_period(runs: pd.DataFrame, hist: pd.DataFrame) -> Finding:
     """Finding 4b on the redesigned study: plain DQN, target period (in env steps) x UTD; per cell the final
@@ -107,7 +133,7 @@ def finding_target_period(runs: pd.DataFrame, hist: pd.DataFrame) -> Finding:
                 family.difference(f"UTD {utd:g}: period {period} minus 256", returns_of(g),
                                   returns_of(runs[(runs["utd"] == utd) & (runs["target_period"] == 256)]))  # fmt: skip
         md.append(f"| {utd:g} | " + " | ".join(cells) + " |")
-    md += ["", family.markdown()]
+    md += ["", family.markdown(), "", *_divergence_by_period(runs, hist, periods, utds)]
     for ax, ylabel in zip(axes, ["final greedy return (IQM, 95% CI)", "fraction of seeds that ended soft-diverged"]):
         ax.set_xscale("log", base=2)
         ax.set_xticks(utds, [f"{u:g}" for u in utds])
