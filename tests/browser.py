@@ -10,7 +10,7 @@ from pathlib import Path
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
-         "--window-size=1400,900"]  # fmt: skip
+         "--window-size=2600,1000"]  # fmt: skip
 
 
 def chromium() -> str | None:
