@@ -181,8 +181,7 @@ class Learner:
         replica's Q statistics of this batch when ``want_stats`` (cheap otherwise: no host sync)."""
         out = self.gradient_step(*self.batch_tensors(batch))
         self.finish_update(out, env_steps)
-        self.last_td_errors = out.q_sa - out.target
-        """``(K, B)`` TD errors of the latest update (prioritized replay's new priorities)."""
+        self._last_out = out  # kept, not computed on: uniform replay never reads the TD errors
         if not want_stats:
             return None
         losses = out.loss.cpu().tolist()
@@ -194,6 +193,12 @@ class Learner:
             stats[TD_LOSS_LAST] = losses[k]
             stats_out.append(stats)
         return stats_out
+
+    @property
+    def last_td_errors(self) -> torch.Tensor:
+        """``(K, B)`` TD errors ``Q(s, a) - y`` of the latest update (prioritized replay's new priorities),
+        computed on demand."""
+        return self._last_out.q_sa - self._last_out.target
 
     def freeze(self, replica: int) -> None:
         """Stop updating ``replica`` for good (its parameters hard-diverged): from now on its gradients

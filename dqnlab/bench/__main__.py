@@ -127,6 +127,26 @@ def _replay_for(config: Config, total: int) -> tuple[SharedReplay, SharedArena]:
     return replay, arena
 
 
+def _filled_replay(capacity: int, n: int, replicas: int = 1, priorities: tuple[float, float] | None = None,
+                   terminal_frac: float = 0.02) -> SharedReplay:
+    """A bound shared replay of ``capacity`` slots holding ``n`` random CartPole-shaped transitions per
+    replica (committed by worker 0 in one claim); prioritized with random initial priorities when
+    ``priorities`` is given."""
+    arena = SharedArena()
+    limiter = RateLimiter(1.0, 0, 1.0, strict=False)
+    replay = SharedReplay(arena, mp.get_context("fork").Lock(), capacity, 4, 1, limiter, 10**9, replicas, priorities)
+    arena.allocate()
+    replay.bind()
+    rng = np.random.default_rng(0)
+    k = replicas
+    obs = rng.standard_normal((k, n, 4)).astype(np.float32)
+    replay.claim(n)
+    replay.commit(0, obs, rng.integers(0, 2, (k, n)), np.ones((k, n), np.float32), obs, rng.random((k, n)) < terminal_frac,
+                  np.zeros((k, n), bool), np.zeros((k, n), np.int64), 0, [], claim_next=0,
+                  priorities=rng.random((k, n)) if priorities else None)  # fmt: skip
+    return replay
+
+
 def actor_unthrottled(steps: int, replicas: int = 1, envs: int = 1) -> float:
     """One dqnlab actor in this process, limiter free, no learner: its env steps/s over all its
     ``replicas x envs`` environments."""
@@ -160,16 +180,8 @@ def stacked_learner(replicas: int, updates: int) -> float:
     batch sampled from a filled shared replay (default network, batch and Adam)."""
     config = Config.from_flat(replicas=replicas, buffer_capacity=20_000)
     learner = Learner(config, 4, 2)
-    replay, arena = _replay_for(config, 10**9)
-    arena.allocate()
-    replay.bind()
-    rng = np.random.default_rng(0)
-    n, k = 10_000, replicas
-    obs = rng.standard_normal((k, n, 4)).astype(np.float32)
-    replay.claim(n)
-    replay.commit(0, obs, rng.integers(0, 2, (k, n)), np.ones((k, n), np.float32), obs, rng.random((k, n)) < 0.02,
-                  np.zeros((k, n), bool), np.zeros((k, n), np.int64), 0, [], claim_next=0)  # fmt: skip
-    rngs = [np.random.default_rng(i) for i in range(k)]
+    replay = _filled_replay(config.agent.buffer_capacity, 10_000, replicas)
+    rngs = [np.random.default_rng(i) for i in range(replicas)]
     with learner_cpu(1):  # as the engine runs it
         for _ in range(30):
             learner.update(replay.sample(rngs, config.agent.batch_size))
@@ -188,15 +200,7 @@ def autograd_learner(updates: int) -> float:
     net = QNetwork(4, 2, config.network.hidden_sizes, False)
     target = QNetwork(4, 2, config.network.hidden_sizes, False)
     opt = torch.optim.Adam(net.parameters(), lr=a.lr, fused=True)
-    replay, arena = _replay_for(config, 10**9)
-    arena.allocate()
-    replay.bind()
-    rng = np.random.default_rng(0)
-    n = 10_000
-    obs = rng.standard_normal((1, n, 4)).astype(np.float32)
-    replay.claim(n)
-    replay.commit(0, obs, rng.integers(0, 2, (1, n)), np.ones((1, n), np.float32), obs, rng.random((1, n)) < 0.02,
-                  np.zeros((1, n), bool), np.zeros((1, n), np.int64), 0, [], claim_next=0)  # fmt: skip
+    replay = _filled_replay(config.agent.buffer_capacity, 10_000)
     rngs = [np.random.default_rng(0)]
 
     def step():
@@ -225,19 +229,9 @@ def replay_calls(kind: str, calls: int) -> float:
     """Calls/s of one replay operation on a full 100,000-slot ring of 1 replica, batch 128: ``uniform``
     or ``prioritized`` sampling, or ``update`` (prioritized: the batch's new priorities)."""
     config = Config.from_flat(buffer_capacity=100_000)
-    arena = SharedArena()
-    limiter = RateLimiter(1.0, 0, 1.0, strict=False)
     priorities = None if kind == "uniform" else (0.6, 1e-6)
-    replay = SharedReplay(arena, mp.get_context("fork").Lock(), 100_000, 4, 1, limiter, 10**9, 1, priorities)
-    arena.allocate()
-    replay.bind()
+    replay = _filled_replay(100_000, 100_000, priorities=priorities, terminal_frac=0.0)
     rng = np.random.default_rng(0)
-    n = 100_000
-    obs = rng.standard_normal((1, n, 4)).astype(np.float32)
-    replay.claim(n)
-    replay.commit(0, obs, rng.integers(0, 2, (1, n)), np.ones((1, n), np.float32), obs, np.zeros((1, n), bool),
-                  np.zeros((1, n), bool), np.zeros((1, n), np.int64), 0, [], claim_next=0,
-                  priorities=rng.random((1, n)) if priorities else None)  # fmt: skip
     rngs = [np.random.default_rng(1)]
     batch = replay.sample(rngs, config.agent.batch_size)
     errors = rng.random((1, config.agent.batch_size))
