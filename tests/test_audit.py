@@ -133,6 +133,34 @@ def test_the_report_reads_back_resident_shares_td_loss_and_q_on_current_data(tmp
     assert 1 <= final[M.SRANK_CURRENT] <= 4
 
 
+def test_sampled_counts_and_lags_are_exact_across_pending_folds_and_oversized_batches(tmp_path):
+    """Batches of any size (the pending array holds PENDING tags; a larger batch is counted at once) give
+    exactly the draws per worker and the policy lags numpy computes from the tags, lag wrap included."""
+    from dqnlab.audit.recorder import PENDING
+
+    rng = np.random.default_rng(1)
+    audit = Audit(tmp_path)
+    acting = rng.integers(0, 2**28, 60_000)
+    tags = pack(rng.integers(0, 3, 60_000), acting, np.arange(60_000))
+    for w in range(3):
+        audit.produced_batch(w, 0, np.zeros(1, bool))
+    want_draws, want_lags = np.zeros(3), []
+    start = 0
+    for size, version in ((128, 2**28 + 5), (PENDING - 100, 7), (PENDING + 1, 2**27), (512, 3), (0, 1), (1, 9)):
+        batch = tags[start : start + size]
+        start += size
+        audit.sampled(batch, version)
+        want_draws += np.bincount(worker_of(batch), minlength=3)
+        want_lags.append(lag(batch, version))
+    audit.flush()
+    final = report(tmp_path).final
+    lags = np.concatenate(want_lags)
+    for w in range(3):
+        assert final[M.worker_share(w, "sampled")] == pytest.approx(want_draws[w] / want_draws.sum(), abs=1e-12)
+    assert final[M.POLICY_LAG_RUN_MEAN] == pytest.approx(lags.mean(), rel=1e-12)
+    assert final[M.POLICY_LAG_RUN_MAX] == lags.max()
+
+
 SPAWNING = """
 import multiprocessing as mp, sys
 from dqnlab.audit import Audit
