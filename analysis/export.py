@@ -46,7 +46,7 @@ LOG_METRICS = (M.TD_LOSS, M.Q_MAX, M.Q_PROBE_ABS_MAX, M.Q_ABS_MAX_CURRENT, M.Q_A
 def _final_columns(runs: pd.DataFrame) -> list[str]:
     keep = {f"final_{m}" for m in (*EVAL_METRICS, *LOG_METRICS, M.ENV_STEPS, M.UPDATES, M.ENV_STEPS_PER_S_TOTAL,
                                    M.UPDATES_PER_S_TOTAL, M.POLICY_LAG_RUN_MAX, M.ACTOR_STALENESS_RUN_MEAN,
-                                   M.LOST_UPDATES, M.TRAIN_EPISODES_UNREAD)}  # fmt: skip
+                                   M.LOST_UPDATES, M.TRAIN_EPISODES_UNREAD, M.STALE_GRADIENT_AGE_MEAN)}  # fmt: skip
     shares = {c for c in runs.columns if c.startswith("final_worker")}
     return [c for c in runs.columns if c in keep or c in shares]
 

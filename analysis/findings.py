@@ -282,7 +282,7 @@ def finding_workers(runs: pd.DataFrame, hist: pd.DataFrame | None = None) -> Fin
 
 
 # --- finding 1: one writer, nothing overwritten ------------------------------------------------------------------
-WRITERS_ORDER = ["single", "hogwild", "local_copies"]
+WRITERS_ORDER = ["single", "hogwild", "local_copies", "a3c"]
 
 
 def owed_updates(runs: pd.DataFrame) -> pd.Series:
@@ -290,9 +290,18 @@ def owed_updates(runs: pd.DataFrame) -> pd.Series:
     return np.floor(runs["utd"] * (runs["total_env_steps"] - runs["learning_starts"]) + 1e-9)
 
 
+def _stale_age(g: pd.DataFrame) -> str:
+    """The median over seeds of a3c's mean pushed-gradient age (updates); "—" for the other writers."""
+    col = f"final_{M.STALE_GRADIENT_AGE_MEAN}"
+    if col not in g or not (g["writers"] == "a3c").all() or g[col].isna().all():
+        return "—"
+    return f"{np.nanmedian(g[col]):.1f}"
+
+
 def finding_writers(runs: pd.DataFrame, hist: pd.DataFrame | None = None) -> Finding:
     """The single learner beside the naive writers, per cell (writers x workers x UTD): final return,
-    divergence, lost-update fraction (``local_copies``) and raced-write fraction (``hogwild``)."""
+    divergence, lost-update fraction (``local_copies``), raced-write fraction (``hogwild``, ``a3c``) and
+    the age of pushed gradients (``a3c``)."""
     runs = runs.assign(diverged=runs["collapse"].eq("diverged"),
                        cell=runs.apply(lambda r: f"{int(r['num_workers'])} workers, UTD {r['utd']:g}", axis=1))  # fmt: skip
     cells = sorted(runs["cell"].unique(), key=lambda c: (float(c.split("UTD ")[1]), c))
@@ -300,8 +309,8 @@ def finding_writers(runs: pd.DataFrame, hist: pd.DataFrame | None = None) -> Fin
     fig, axes = plt.subplots(1, 3, figsize=(19, 4.6))
     width = 0.8 / len(order)
     md = ["| cell | writers | seeds | final return IQM [95% CI] | diverged | lost-update fraction (median [min, max]) | "
-          "raced-write fraction (median) | updates = owed | vs single: P(improvement) [95% CI] |",
-          "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+          "raced-write fraction (median) | stale-gradient age, updates (median) | updates = owed | "
+          "vs single: P(improvement) [95% CI] |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for j, w in enumerate(order):
         xs = np.arange(len(cells)) + (j - (len(order) - 1) / 2) * width
         f = _iqm_by(runs[runs["writers"] == w], "cell", cells)
@@ -340,7 +349,8 @@ def finding_writers(runs: pd.DataFrame, hist: pd.DataFrame | None = None) -> Fin
                   else _fmt(*probability_of_improvement([x], [base[c]], reps=1000), digits=2))  # fmt: skip
             md.append(f"| {c} | {w} | {len(g)} | {_fmt(*point)} | {int(g['diverged'].sum())}/{len(g)} | "
                       f"{np.median(lost):.3f} [{lost.min():.3f}, {lost.max():.3f}] | "
-                      f"{np.median(_final(g, M.RACED_WRITE_FRAC)):.3f} | {exact}/{len(g)} | {vs} |")  # fmt: skip
+                      f"{np.median(_final(g, M.RACED_WRITE_FRAC)):.3f} | {_stale_age(g)} | {exact}/{len(g)} | "
+                      f"{vs} |")  # fmt: skip
     md += ["", family.markdown()]
     for ax in axes:
         ax.set_xticks(range(len(cells)), cells, rotation=20)
