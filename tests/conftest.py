@@ -13,8 +13,11 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import subprocess
+import sys
 import time
 import uuid
+from pathlib import Path
 
 import psutil
 import pytest
@@ -91,3 +94,23 @@ def leak_guard():
     assert not leaked, f"processes left behind: {sorted(leaked)}"
     new_shm = {n for n in _shm_entries() - before_shm if not n.startswith(FOREIGN_SHM_PREFIXES)}
     assert not new_shm, f"shared-memory entries left in /dev/shm: {sorted(new_shm)}"
+
+
+FINDING_STUDIES = ["replay_ratio", "parallel", "workers", "writers"]
+"""The finding sweeps whose smoke presets :func:`finding_smokes` runs."""
+
+
+@pytest.fixture(scope="session")
+def finding_smokes(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    """Each finding sweep's smoke preset, run once per session into one results folder (the sweep tests
+    check the runs, the analysis tests read them): ``(results folder, each sweep's stdout)``."""
+    root = Path(__file__).resolve().parent.parent
+    results = tmp_path_factory.mktemp("finding-smokes")
+    stdout = {}
+    for study in FINDING_STUDIES:
+        res = subprocess.run([sys.executable, str(root / "sweeps" / f"{study}.py"), "--preset", "smoke", "--quiet",
+                              "--no-report", "--results", str(results)], capture_output=True, text=True, timeout=300,
+                             cwd=root)  # fmt: skip
+        assert res.returncode == 0, res.stderr[-3000:]
+        stdout[study] = res.stdout
+    return results, stdout

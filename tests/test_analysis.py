@@ -298,15 +298,10 @@ def test_notebooks_execute_headlessly_and_show_their_table_and_figures(sweeps, t
     assert len(list(tmp_path.glob("*.png"))) == NOTEBOOK_FIGURES[notebook]
 
 
-@pytest.fixture(scope="module")
-def finding_sweeps(tmp_path_factory):
-    results = tmp_path_factory.mktemp("findings")
-    for study in FINDING_STUDIES:
-        res = subprocess.run([sys.executable, str(ROOT / "sweeps" / f"{study}.py"), "--preset", "smoke", "--quiet",
-                              "--no-report", "--results", str(results)], capture_output=True, text=True, timeout=300,
-                             cwd=ROOT)  # fmt: skip
-        assert res.returncode == 0, res.stderr[-3000:]
-    return results
+@pytest.fixture
+def finding_sweeps(finding_smokes):
+    """The results folder of the finding sweeps' smoke presets (run once per session)."""
+    return finding_smokes[0]
 
 
 FINDING_STUDIES = ["writers", "workers", "parallel", "replay_ratio"]

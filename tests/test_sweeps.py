@@ -286,16 +286,13 @@ def test_the_study_run_is_closed_with_its_cells_and_running_again_while_a_rerun_
 
 
 @pytest.mark.parametrize("study", ["replay_ratio", "parallel", "workers", "writers"])
-def test_each_finding_study_runs_its_smoke_preset(tmp_path, study):
-    res = subprocess.run([sys.executable, str(ROOT / "sweeps" / f"{study}.py"), "--preset", "smoke", "--quiet",
-                          "--results", str(tmp_path), "--no-report"], capture_output=True, text=True, timeout=300,
-                         cwd=ROOT)  # fmt: skip
-    assert res.returncode == 0, res.stderr[-3000:]
+def test_each_finding_study_runs_its_smoke_preset(finding_smokes, study):
+    results, stdout = finding_smokes  # each smoke preset run once per session (tests/conftest.py)
     points = 4 if study == "replay_ratio" else 2  # replay_ratio: target unit x variant
-    assert f"{points}/{points} grid points complete" in res.stdout
+    assert f"{points}/{points} grid points complete" in stdout[study]
     from analysis.load import load
 
-    table, _ = load(f"sqlite:///{tmp_path / 'mlflow.db'}", study, f"{study}-smoke")
+    table, _ = load(f"sqlite:///{results / 'mlflow.db'}", study, f"{study}-smoke")
     seeds = 1 if study == "writers" else 2  # naive writers refuse replicas
     assert len(table) == points * seeds and table["outcome"].eq("completed").all()
     varied = {"replay_ratio": "reset", "parallel": "mode", "workers": "worker_step_delay_s", "writers": "writers"}[study]
