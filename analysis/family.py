@@ -4,8 +4,10 @@ p-values); "the same" only by an equivalence test (TOST on the bootstrap distrib
 margin declared with the family, at the family-corrected level.
 
 Verdict words, used as written on the findings page: ``better`` / ``worse`` (Holm-adjusted p < 0.05,
-by the sign of the estimate), ``equivalent`` (TOST within the margin), ``inconclusive`` (neither: the
-data cannot say).
+by the sign of the estimate; a family of gaps rather than scores names its own words, e.g. ``higher`` /
+``lower``), ``equivalent`` (TOST within the margin), both at once as ``lower, within ±m`` (a difference
+resolved but smaller than the margin: not one that matters), ``inconclusive`` (neither: the data
+cannot say).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ class Family:
     name: str
     margin: float
     reps: int = 2000
+    words: tuple[str, str] = ("better", "worse")
+    """What a resolved positive / negative estimate is called."""
     rows: list[dict] = field(default_factory=list)
 
     def difference(self, label: str, x, y) -> None:
@@ -51,9 +55,11 @@ class Family:
         out = []
         for r, p_holm in zip(tested, adjusted):
             low, high = np.quantile(r["draws"], [0.025, 0.975])
+            within = r["equivalence"] and equivalent(r["draws"], self.margin, alpha=ALPHA / m)
+            word = self.words[0] if r["estimate"] > 0 else self.words[1]
             if p_holm < ALPHA:
-                verdict = "better" if r["estimate"] > 0 else "worse"
-            elif r["equivalence"] and equivalent(r["draws"], self.margin, alpha=ALPHA / m):
+                verdict = f"{word}, within ±{self.margin:g}" if within else word
+            elif within:
                 verdict = "equivalent"
             else:
                 verdict = "inconclusive"

@@ -254,7 +254,8 @@ def finding_workers(runs: pd.DataFrame, hist: pd.DataFrame | None = None) -> Fin
           "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     f = _iqm_by(runs, "variant", order)
     returns_family = Family("each setup minus the homogeneous one with the same buffer (final return)", MARGIN_CARTPOLE)
-    shares_family = Family("worker 1's sampled share minus its produced share, per setup", SHARE_MARGIN)
+    shares_family = Family("worker 1's sampled share minus its produced share, per setup", SHARE_MARGIN,
+                           words=("higher", "lower"))
     for v, point in zip(order, f[["iqm", "low", "high"]].itertuples(index=False)):
         sub = runs[runs["variant"] == v]
         share = {k: float(np.median(sub[c])) if (c := f"final_{M.worker_share(1, k)}") in sub else math.nan
