@@ -284,6 +284,8 @@ def finding_workers(runs: pd.DataFrame, hist: pd.DataFrame | None = None) -> Fin
 
 # --- finding 1: one writer, nothing overwritten ------------------------------------------------------------------
 WRITERS_ORDER = ["single", "hogwild", "local_copies", "a3c"]
+NAIVE_UTDS = (1.0, 4.0)
+"""The replay ratios of the naive writers' grid (``sweeps/writers.py --preset naive``)."""
 
 
 def owed_updates(runs: pd.DataFrame) -> pd.Series:
@@ -326,8 +328,8 @@ def finding_writers(runs: pd.DataFrame, hist: pd.DataFrame | None = None) -> Fin
     family = Family("each naive setup minus the single learner, per cell; and the explanation: local copies of N "
                     "workers at UTD u minus the single learner at UTD u/N (final return)", MARGIN_CARTPOLE)
     for c in cells:
-        for w in order[1:]:
-            if len(base[c]):
+        for w in order[1:]:  # the naive grid has UTD 1 and 4 only: UTD 1/4 and 1/2 hold the single learner alone
+            if len(base[c]) and float(c.split("UTD ")[1]) in NAIVE_UTDS:
                 family.difference(f"{c}: {w} minus single", returns_of(runs[(runs["writers"] == w) & (runs["cell"] == c)]),
                                   base[c])  # fmt: skip
     for n in (2, 4):
