@@ -86,7 +86,7 @@ def read_study(data: Path, study: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     hist = pd.read_csv(Path(data) / f"{study}.curves.csv.gz")
     typed = pd.DataFrame([Config.from_flat(json.loads(c)).to_flat() for c in runs["config"]], index=runs.index)
     runs = pd.concat([runs.drop(columns=["config", "seed"]), typed], axis=1)
-    records = {run_id: _records(g) for run_id, g in hist.groupby("run_id")}
+    records = _records_by_run(hist)
     runs["final_return"] = [final_return(records.get(r.run_id, []), r.status) if r.outcome != "failed" else np.nan
                             for r in runs.itertuples()]  # fmt: skip
     runs["collapse"] = [collapse_label(records.get(r.run_id, []), r.status) if r.outcome != "failed" else "failed"
@@ -94,11 +94,18 @@ def read_study(data: Path, study: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     return runs, hist
 
 
-def _records(g: pd.DataFrame) -> list[dict[str, float]]:
-    """A run's history records back from the long table: one dict per (env_steps, updates) stamp."""
-    out = []
-    for (steps, updates), rec in g.groupby([M.ENV_STEPS, M.UPDATES], sort=True):
-        out.append({M.ENV_STEPS: steps, M.UPDATES: updates, **dict(zip(rec["metric"], rec["value"]))})
+def _records_by_run(hist: pd.DataFrame) -> dict[str, list[dict[str, float]]]:
+    """Each run's history records back from the long table: run id -> one dict per (env_steps, updates)
+    stamp, in stamp order (one pass over the table; rows without a stamp are not records)."""
+    h = hist.dropna(subset=[M.ENV_STEPS, M.UPDATES]).sort_values(["run_id", M.ENV_STEPS, M.UPDATES], kind="stable")
+    out: dict[str, list[dict[str, float]]] = {}
+    stamp, record = None, {}
+    columns = (h[c].to_numpy() for c in ("run_id", M.ENV_STEPS, M.UPDATES, "metric", "value"))
+    for run_id, steps, updates, metric, value in zip(*columns):
+        if (run_id, steps, updates) != stamp:
+            stamp, record = (run_id, steps, updates), {M.ENV_STEPS: steps, M.UPDATES: updates}
+            out.setdefault(run_id, []).append(record)
+        record[metric] = value
     return out
 
 
