@@ -146,6 +146,74 @@ def finding_target_period(runs: pd.DataFrame, hist: pd.DataFrame) -> Finding:
     return Finding("\n".join(md), fig, "finding_target_period.png")
 
 
+# --- finding 4c: prioritized replay at a high replay ratio ---------------------------------------------------
+def finding_replay_prioritized(runs: pd.DataFrame, hist: pd.DataFrame) -> Finding:
+    """Finding 4c: plain DQN at UTD {1, 4, 16}, uniform vs prioritized replay (target period in env steps).
+    Per cell: final return, AUC, seeds soft-diverged (any check / at the end) and the median final max |Q| on
+    current data; two families per UTD, prioritized minus uniform: the final return (bootstrap, Holm) and
+    the seeds soft-diverged at any check (Fisher's exact test, Holm)."""
+    utds = sorted(runs["utd"].unique())
+    replays = [r for r in ("uniform", "prioritized") if r in set(runs["replay"])]
+    md = ["| UTD | replay | seeds | final return IQM [95% CI] | AUC IQM [95% CI] | soft-diverged (any / end) | "
+          "max abs Q, current data (median, end) |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    returns_family = Family("prioritized minus uniform replay, per UTD (final return)", MARGIN_CARTPOLE)
+    fig, axes = plt.subplots(1, 3, figsize=(18, 4.4))
+    counts: dict[tuple[float, str], tuple[int, int]] = {}
+    for replay in replays:
+        points, ended, qmax = [], [], []
+        for utd in utds:
+            g = runs[(runs["utd"] == utd) & (runs["replay"] == replay)]
+            if g.empty:
+                points.append((math.nan,) * 3)
+                ended.append(math.nan)
+                qmax.append(math.nan)
+                continue
+            n_any, n_end = counts[(utd, replay)] = soft_divergence_counts(g, hist)
+            final = bootstrap_ci(returns_of(g), reps=1000)
+            points.append(final)
+            ended.append(n_end / len(g))
+            q = float(np.nanmedian(_final(g, M.Q_ABS_MAX_CURRENT)))
+            qmax.append(q)
+            md.append(f"| {utd:g} | {replay} | {len(g)} | {_fmt(*final)} | "
+                      f"{_fmt(*bootstrap_ci(auc_of(g, hist), reps=1000))} | {n_any}/{len(g)} / {n_end}/{len(g)} | "
+                      f"{q:.3g} |")  # fmt: skip
+        p = np.array(points)
+        axes[0].errorbar(utds, p[:, 0], yerr=[p[:, 0] - p[:, 1], p[:, 2] - p[:, 0]], marker="o", capsize=3, label=replay)
+        axes[1].plot(utds, ended, marker="o", label=replay)
+        axes[2].plot(utds, qmax, marker="o", label=replay)
+    fisher_rows = []
+    if len(replays) == 2:
+        for utd in utds:
+            prio = runs[(runs["utd"] == utd) & (runs["replay"] == "prioritized")]
+            uni = runs[(runs["utd"] == utd) & (runs["replay"] == "uniform")]
+            returns_family.difference(f"UTD {utd:g}: prioritized minus uniform", returns_of(prio), returns_of(uni))
+            if len(prio) and len(uni):
+                (hits, _), (base_hits, _) = counts[(utd, "prioritized")], counts[(utd, "uniform")]
+                fisher_rows.append((utd, hits, len(prio), base_hits, len(uni),
+                                    fisher_exact(hits, len(prio), base_hits, len(uni))))  # fmt: skip
+        md += ["", returns_family.markdown()]
+    if fisher_rows:
+        adjusted = holm([r[-1] for r in fisher_rows])
+        md += ["", f"Family *soft divergence*: {len(fisher_rows)} contrasts, seeds soft-diverged at any check, "
+               "prioritized against uniform per UTD, Fisher's exact test, Holm-corrected (alpha 0.05):", "",
+               "| UTD | prioritized | uniform | p | Holm p | verdict |", "|---|---|---|---|---|---|"]  # fmt: skip
+        for (utd, hits, n, base_hits, base_n, p_value), q in zip(fisher_rows, adjusted):
+            verdict = ("more" if hits / n > base_hits / base_n else "fewer") if q < 0.05 else "inconclusive"
+            md.append(f"| {utd:g} | {hits}/{n} | {base_hits}/{base_n} | {p_value:.2g} | {q:.2g} | {verdict} |")
+    for ax, ylabel in zip(axes, ["final greedy return (IQM, 95% CI)", "fraction of seeds that ended soft-diverged",
+                                 "max |Q| on current data at the end (median)"]):  # fmt: skip
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(utds, [f"{u:g}" for u in utds])
+        ax.minorticks_off()
+        ax.set(xlabel="UTD (updates per env step, log scale)", ylabel=ylabel)
+        ax.legend(fontsize=8)
+    axes[2].set_yscale("log")
+    fig.suptitle("Does prioritized replay diverge more at a high replay ratio? (CartPole-v1, plain DQN, target period "
+                 "in env steps, 10 seeds)")  # fmt: skip
+    fig.tight_layout()
+    return Finding("\n".join(md), fig, "finding_replay_prioritized.png")
+
+
 # --- finding 5: sample efficiency --------------------------------------------------------------------------
 def finding_sample_efficiency(runs: pd.DataFrame, hist: pd.DataFrame, threshold: float = 475.0) -> str:
     """Per cell of the CartPole replay-ratio study: the first evaluation step at which the IQM over
@@ -282,6 +350,60 @@ def finding_workers(runs: pd.DataFrame, hist: pd.DataFrame | None = None) -> Fin
     return Finding("\n".join(md), fig, "finding_workers.png")
 
 
+# --- finding 2b: the same shares under prioritized replay --------------------------------------------------
+def finding_workers_prioritized(runs: pd.DataFrame, hist: pd.DataFrame) -> Finding:
+    """Finding 2 under Ape-X's shared prioritized replay: per setup (homogeneous, one slow, one long-episode
+    worker) and replay (uniform, prioritized), worker 1's produced / resident / sampled / episode shares and
+    the final return; two families: worker 1's sampled-minus-produced gap and the final return, each
+    prioritized minus uniform per setup."""
+    runs = runs.assign(variant=runs.apply(_workers_variant, axis=1))
+    order = [v for v in WORKERS_ORDER if v in set(runs["variant"])]
+    replays = [r for r in ("uniform", "prioritized") if r in set(runs["replay"])]
+    sampled, produced = f"final_{M.worker_share(1, 'sampled')}", f"final_{M.worker_share(1, 'produced')}"
+    md = ["| workers | replay | worker 1 produced | worker 1 resident | worker 1 sampled | sampled minus produced "
+          "(IQM [95% CI]) | worker 1 episodes | final return IQM [95% CI] | AUC IQM [95% CI] |",
+          "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    gaps_family = Family("worker 1's sampled-minus-produced share, prioritized minus uniform, per setup", SHARE_MARGIN,
+                         words=("higher", "lower"))  # fmt: skip
+    returns_family = Family("prioritized minus uniform replay, per setup (final return)", MARGIN_CARTPOLE)
+    fig, axes = plt.subplots(1, 2, figsize=(15, 4.6))
+    width = 0.8 / max(len(replays), 1)
+    cells: dict[tuple[str, str], pd.DataFrame] = {}
+    for j, replay in enumerate(replays):
+        xs = np.arange(len(order)) + (j - (len(replays) - 1) / 2) * width
+        gap_points, return_points = [], []
+        for v in order:
+            sub = cells[(v, replay)] = runs[(runs["variant"] == v) & (runs["replay"] == replay)]
+            gap = (sub[sampled] - sub[produced]).to_numpy(dtype=float)
+            share = {k: float(np.median(sub[f"final_{M.worker_share(1, k)}"])) for k in M.SHARE_KINDS}
+            g_ci, r_ci = bootstrap_ci(gap, reps=1000), bootstrap_ci(returns_of(sub), reps=1000)
+            gap_points.append(g_ci)
+            return_points.append(r_ci)
+            md.append(f"| {v} | {replay} | {share['produced']:.3f} | {share['resident']:.3f} | {share['sampled']:.3f} | "
+                      f"{_fmt(*g_ci, digits=3)} | {share['episodes']:.3f} | {_fmt(*r_ci)} | "
+                      f"{_fmt(*bootstrap_ci(auc_of(sub, hist), reps=1000))} |")  # fmt: skip
+        for ax, points in ((axes[0], gap_points), (axes[1], return_points)):
+            p = np.array(points)
+            ax.errorbar(xs, p[:, 0], yerr=[p[:, 0] - p[:, 1], p[:, 2] - p[:, 0]], fmt="o", capsize=3, label=replay)
+    if len(replays) == 2:
+        for v in order:
+            prio, uni = cells[(v, "prioritized")], cells[(v, "uniform")]
+            gaps_family.difference(f"{v}: prioritized minus uniform", (prio[sampled] - prio[produced]).to_numpy(float),
+                                   (uni[sampled] - uni[produced]).to_numpy(float))  # fmt: skip
+            returns_family.difference(f"{v}: prioritized minus uniform", returns_of(prio), returns_of(uni))
+        md += ["", gaps_family.markdown(digits=3), "", returns_family.markdown()]
+    axes[0].axhline(0.0, color="black", lw=1, ls="--")
+    axes[0].set(ylabel="worker 1: sampled minus produced share (IQM, 95% CI)", title="is worker 1 sampled in proportion?")
+    axes[1].set(ylabel="final greedy return (IQM, 95% CI)", title="what was learned")
+    for ax in axes:
+        ax.set_xticks(range(len(order)), order)
+        ax.legend(fontsize=8)
+    fig.suptitle("Does prioritized replay change whose transitions are used? (CartPole-v1, UTD 1, 2 workers, "
+                 "10 seeds per cell)")  # fmt: skip
+    fig.tight_layout()
+    return Finding("\n".join(md), fig, "finding_workers_prioritized.png")
+
+
 # --- finding 1: one writer, nothing overwritten ------------------------------------------------------------------
 WRITERS_ORDER = ["single", "hogwild", "local_copies", "a3c"]
 NAIVE_UTDS = (1.0, 4.0)
@@ -373,10 +495,12 @@ DATA_FINDINGS = {
                                        "calibration-rlzoo_bursts", "calibration-rlzoo_bursts_64"]),
     "writers": ("1. Writers", ["writers-single", "writers-naive-utd1", "writers-naive-utd4"]),
     "workers": ("2. Workers", ["workers-default"]),
+    "workers_prioritized": ("2b. Workers, prioritized replay", ["workers-prioritized"]),
     "parallel": ("3. Parallel", ["parallel-default"]),
     "replay_ratio": ("4. Replay ratio", ["replay_ratio-cartpole", "replay_ratio-cartpole-plain",
                                          "replay_ratio-cartpole-mitigations", "replay_ratio-acrobot"]),
     "target_period": ("4b. Target period", ["replay_ratio-target_period"]),
+    "replay_prioritized": ("4c. Prioritized replay", ["replay_ratio-prioritized"]),
 }  # fmt: skip
 """The findings computed from the data committed under ``docs/data`` (:mod:`analysis.export`)."""
 ENV_OF = {"replay_ratio-cartpole": "CartPole-v1", "replay_ratio-acrobot": "Acrobot-v1",
@@ -418,7 +542,9 @@ def data_findings(data: Path, names: list[str]) -> dict[str, Finding]:
             runs = pd.concat([r for r, _ in present.values()], ignore_index=True)
             hist = pd.concat([h for _, h in present.values()], ignore_index=True)
             function = {"writers": finding_writers, "workers": finding_workers, "parallel": finding_parallel,
-                        "target_period": finding_target_period}[name]  # fmt: skip
+                        "target_period": finding_target_period,
+                        "workers_prioritized": finding_workers_prioritized,
+                        "replay_prioritized": finding_replay_prioritized}[name]  # fmt: skip
             out[name] = function(runs, hist)
     return out
 

@@ -37,3 +37,75 @@ def test_holm_takes_back_a_contrast_that_one_test_alone_would_call_resolved():
     for i in range(10):
         many.add(f"x{i}", 2.2, draws)
     assert set(_verdicts(many).values()) == {"inconclusive"}  # 10 x 0.03 > 0.05 after Holm
+
+
+def test_finding_2b_compares_each_setups_share_gap_and_return_prioritized_against_uniform():
+    """Finding 2b's families on constructed runs: a prioritized sampler that favours worker 1 by 0.1 is
+    called `higher`; one that matches uniform is `equivalent`; each setup is compared with its own uniform
+    cell, never with another setup's."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import pandas as pd
+
+    from analysis.findings import finding_workers_prioritized
+    from dqnlab import metrics as M
+
+    rng = np.random.default_rng(0)
+    setups = {"homogeneous": ((), (), 0.0), "one_slow": ((0.0, 0.008), (), 0.1)}  # prioritized shift of the gap
+    runs, hist = [], []
+    for name, (delay, cut, shift) in setups.items():
+        for replay in ("uniform", "prioritized"):
+            for seed in range(10):
+                produced = 0.4 + rng.normal(0, 0.01)
+                sampled = produced - 0.03 + rng.normal(0, 0.002) + (shift if replay == "prioritized" else 0.0)
+                run_id = f"{name}-{replay}-{seed}"
+                runs.append({"run_id": run_id, "outcome": "completed", "num_workers": 2, "replay": replay,
+                             "worker_step_delay_s": delay, "worker_max_episode_steps": cut,
+                             "buffer_capacity": 100_000, "total_env_steps": 20_000,
+                             "final_return": 150 + rng.normal(0, 5),
+                             **{f"final_{M.worker_share(1, k)}": v for k, v in
+                                (("produced", produced), ("resident", produced), ("sampled", sampled),
+                                 ("episodes", 0.5))}})  # fmt: skip
+                hist += [{"run_id": run_id, "metric": M.EVAL_RETURN_MEAN, M.ENV_STEPS: s, "value": 100.0 + s / 100}
+                         for s in (1000, 2000)]
+    finding = finding_workers_prioritized(pd.DataFrame(runs), pd.DataFrame(hist))
+    text = finding.text
+    assert "| one_slow: prioritized minus uniform | +0.100" in text
+    gap_rows = [line for line in text.splitlines() if "prioritized minus uniform |" in line]
+    assert len(gap_rows) == 4, text  # two setups x (share gap, return)
+    assert gap_rows[0].endswith("| equivalent |") and gap_rows[1].endswith("| higher |"), gap_rows
+    assert gap_rows[2].endswith("| equivalent |") and gap_rows[3].endswith("| equivalent |"), gap_rows
+
+
+def test_finding_4c_compares_prioritized_with_uniform_at_the_same_utd_in_returns_and_soft_divergence():
+    """Finding 4c on constructed runs: prioritized replay losing 100 return and soft-diverging in 10/10
+    seeds at UTD 16 (0/10 uniform) reads `worse` and `more`; at UTD 1, where both are alike, nothing is
+    claimed beyond `equivalent`/`inconclusive`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import pandas as pd
+
+    from analysis.findings import finding_replay_prioritized
+    from dqnlab import metrics as M
+
+    rng = np.random.default_rng(1)
+    runs, hist = [], []
+    for utd in (1.0, 16.0):
+        for replay in ("uniform", "prioritized"):
+            bad = utd == 16.0 and replay == "prioritized"
+            for seed in range(10):
+                run_id = f"{utd}-{replay}-{seed}"
+                runs.append({"run_id": run_id, "status": "completed", "outcome": "completed", "utd": utd,
+                             "replay": replay, "final_return": (100 if bad else 200) + rng.normal(0, 5),
+                             f"final_{M.Q_ABS_MAX_CURRENT}": 500.0 if bad else 90.0})  # fmt: skip
+                hist += [{"run_id": run_id, "metric": metric, M.ENV_STEPS: s, "value": value}
+                         for s in (1000, 2000)
+                         for metric, value in ((M.EVAL_RETURN_MEAN, 150.0), (M.SOFT_DIVERGENCE, float(bad)))]
+    text = finding_replay_prioritized(pd.DataFrame(runs), pd.DataFrame(hist)).text
+    rows = {line.split("|")[1].strip(): line for line in text.splitlines() if "prioritized minus uniform |" in line}
+    assert rows["UTD 16: prioritized minus uniform"].endswith("| worse |"), text
+    assert rows["UTD 1: prioritized minus uniform"].endswith("| equivalent |"), text
+    assert "| 16 | 10/10 | 0/10 |" in text and text.rstrip().endswith("| more |"), text
+    assert "| 16 | prioritized | 10 |" in text and "| 10/10 / 10/10 | 500 |" in text, text
