@@ -161,6 +161,25 @@ def test_sampled_counts_and_lags_are_exact_across_pending_folds_and_oversized_ba
     assert final[M.POLICY_LAG_RUN_MAX] == lags.max()
 
 
+def test_lags_of_a_training_run_are_exact_when_no_version_wraps(tmp_path):
+    """The common case (tags acted on by versions at or below the learner's, many batches pending at a
+    fold): the lag sum and max the recorder folds per batch equal numpy's element by element."""
+    rng = np.random.default_rng(2)
+    audit = Audit(tmp_path)
+    audit.produced_batch(0, 0, np.zeros(1, bool))
+    lags = []
+    for version in range(10, 600):
+        acting = version - rng.integers(0, 10, 128) * (rng.random() < 0.9)  # some batches entirely fresh
+        batch = pack(np.zeros(128, np.int64), acting, np.arange(128))
+        audit.sampled(batch, version)
+        lags.append(version - acting)
+    audit.flush()
+    final = report(tmp_path).final
+    lags = np.concatenate(lags)
+    assert final[M.POLICY_LAG_RUN_MEAN] == pytest.approx(lags.mean(), rel=1e-12)
+    assert final[M.POLICY_LAG_RUN_MAX] == lags.max() == 9
+
+
 SPAWNING = """
 import multiprocessing as mp, sys
 from dqnlab.audit import Audit
