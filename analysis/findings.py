@@ -393,7 +393,7 @@ def finding_workers_prioritized(runs: pd.DataFrame, hist: pd.DataFrame) -> Findi
             returns_family.difference(f"{v}: prioritized minus uniform", returns_of(prio), returns_of(uni))
         md += ["", gaps_family.markdown(digits=3), "", returns_family.markdown()]
     axes[0].axhline(0.0, color="black", lw=1, ls="--")
-    axes[0].set(ylabel="worker 1: sampled minus produced share (IQM, 95% CI)", title="is worker 1 sampled in proportion?")
+    axes[0].set(ylabel="worker 1: sampled - produced share\n(IQM, 95% CI)", title="is worker 1 sampled in proportion?")
     axes[1].set(ylabel="final greedy return (IQM, 95% CI)", title="what was learned")
     for ax in axes:
         ax.set_xticks(range(len(order)), order)

@@ -53,6 +53,7 @@ DIAG_NAMES = ("q_mean", "q_max", "q_min", "q_p05", "q_p50", "q_p95", "q_abs_max_
 BLOCK = 4096
 _BLOCK_FLOATS = BLOCK * 6
 _NAN = math.nan
+_INT64 = np.dtype(np.int64)
 PENDING = 16384
 """Sampled tags held before they are counted (a batch of 128: every 128 batches)."""
 _generation = 0
@@ -204,17 +205,20 @@ class Audit:
         if self._generation != _generation:
             self._open()
         # copied and folded many batches at a time: one set of numpy calls per ~PENDING elements
-        tags = np.asarray(tags, dtype=np.int64).ravel()
-        n = tags.size
-        if self._pending_n + n > PENDING:
+        if type(tags) is not np.ndarray or tags.dtype is not _INT64 or tags.ndim != 1:
+            tags = np.asarray(tags, dtype=np.int64).ravel()
+        start = self._pending_n
+        end = start + tags.size
+        if end > PENDING:
             self._fold()
-            if n > PENDING:  # a batch larger than the pending array: counted at once
-                self._count_sampled(tags, np.full(n, int(version), dtype=np.int64))
-                n = 0
-        if n:
-            self._pending[self._pending_n : self._pending_n + n] = tags
-            self._pending_n += n
-            self._pending_batches.append((self._pending_n, int(version)))
+            start, end = 0, tags.size
+            if end > PENDING:  # a batch larger than the pending array: counted at once
+                self._count_sampled(tags, np.full(end, int(version), dtype=np.int64))
+                end = 0
+        if end > start:
+            self._pending[start:end] = tags
+            self._pending_n = end
+            self._pending_batches.append((end, version))
         if obs is not None:
             self._obs = obs
         self._calls += 1
