@@ -147,11 +147,13 @@ def finding_target_period(runs: pd.DataFrame, hist: pd.DataFrame) -> Finding:
 
 
 # --- finding 4c: prioritized replay at a high replay ratio ---------------------------------------------------
-def finding_replay_prioritized(runs: pd.DataFrame, hist: pd.DataFrame) -> Finding:
+def finding_replay_prioritized(runs: pd.DataFrame, hist: pd.DataFrame, same_config: pd.DataFrame | None = None) -> Finding:
     """Finding 4c: plain DQN at UTD {1, 4, 16}, uniform vs prioritized replay (target period in env steps).
     Per cell: final return, AUC, seeds soft-diverged (any check / at the end) and the median final max |Q| on
     current data; two families per UTD, prioritized minus uniform: the final return (bootstrap, Holm) and
-    the seeds soft-diverged at any check (Fisher's exact test, Holm)."""
+    the seeds soft-diverged at any check (Fisher's exact test, Holm). ``same_config``: runs of another
+    study with the uniform cells' configuration and seeds (finding 4b's period-256 cells), whose difference
+    is reported as the noise floor (an A/A comparison, outside the families)."""
     utds = sorted(runs["utd"].unique())
     replays = [r for r in ("uniform", "prioritized") if r in set(runs["replay"])]
     md = ["| UTD | replay | seeds | final return IQM [95% CI] | AUC IQM [95% CI] | soft-diverged (any / end) | "
@@ -200,6 +202,17 @@ def finding_replay_prioritized(runs: pd.DataFrame, hist: pd.DataFrame) -> Findin
         for (utd, hits, n, base_hits, base_n, p_value), q in zip(fisher_rows, adjusted):
             verdict = ("more" if hits / n > base_hits / base_n else "fewer") if q < 0.05 else "inconclusive"
             md.append(f"| {utd:g} | {hits}/{n} | {base_hits}/{base_n} | {p_value:.2g} | {q:.2g} | {verdict} |")
+    if same_config is not None and len(same_config):
+        md += ["", "Noise floor (A/A: the same configuration and seeds run again in another study, finding 4b's "
+               "period-256 cells; not part of a family):", "", "| UTD | uniform here minus 4b | IQM here | IQM in 4b |",
+               "|---|---|---|---|"]  # fmt: skip
+        for utd in utds:
+            here = returns_of(runs[(runs["utd"] == utd) & (runs["replay"] == "uniform")])
+            there = returns_of(same_config[same_config["utd"] == utd])
+            if len(here) and len(there):
+                point, draws = bootstrap_difference(here, there, reps=1000)
+                low, high = np.quantile(draws, [0.025, 0.975])
+                md.append(f"| {utd:g} | {_fmt(point, low, high)} | {iqm(here):.0f} | {iqm(there):.0f} |")
     for ax, ylabel in zip(axes, ["final greedy return (IQM, 95% CI)", "fraction of seeds that ended soft-diverged",
                                  "max |Q| on current data at the end (median)"]):  # fmt: skip
         ax.set_xscale("log", base=2)
@@ -207,6 +220,11 @@ def finding_replay_prioritized(runs: pd.DataFrame, hist: pd.DataFrame) -> Findin
         ax.minorticks_off()
         ax.set(xlabel="UTD (updates per env step, log scale)", ylabel=ylabel)
         ax.legend(fontsize=8)
+    axes[1].set_ylim(-0.02, 1.05)
+    limit = float(np.nanmedian(_final(runs, M.Q_LIMIT)))
+    if math.isfinite(limit):
+        axes[2].axhline(limit, color="black", ls="--", lw=1, label="soft-divergence threshold")
+        axes[2].legend(fontsize=8)
     axes[2].set_yscale("log")
     fig.suptitle("Does prioritized replay diverge more at a high replay ratio? (CartPole-v1, plain DQN, target period "
                  "in env steps, 10 seeds)")  # fmt: skip
@@ -500,7 +518,8 @@ DATA_FINDINGS = {
     "replay_ratio": ("4. Replay ratio", ["replay_ratio-cartpole", "replay_ratio-cartpole-plain",
                                          "replay_ratio-cartpole-mitigations", "replay_ratio-acrobot"]),
     "target_period": ("4b. Target period", ["replay_ratio-target_period"]),
-    "replay_prioritized": ("4c. Prioritized replay", ["replay_ratio-prioritized"]),
+    "replay_prioritized": ("4c. Prioritized replay", ["replay_ratio-prioritized", "replay_ratio-prioritized-utd1_4",
+                                                  "replay_ratio-prioritized-utd16"]),
 }  # fmt: skip
 """The findings computed from the data committed under ``docs/data`` (:mod:`analysis.export`)."""
 ENV_OF = {"replay_ratio-cartpole": "CartPole-v1", "replay_ratio-acrobot": "Acrobot-v1",
@@ -538,6 +557,14 @@ def data_findings(data: Path, names: list[str]) -> dict[str, Finding]:
             out[name] = finding_calibration(present)
         elif name == "replay_ratio":
             out[name] = finding_replay_ratio(replay_ratio_by_env(present))
+        elif name == "replay_prioritized":
+            runs = pd.concat([r for r, _ in present.values()], ignore_index=True)
+            hist = pd.concat([h for _, h in present.values()], ignore_index=True)
+            same = None
+            if (data / "replay_ratio-target_period.runs.csv.gz").exists():
+                base = read_study(data, "replay_ratio-target_period")[0]
+                same = base[base["target_period"] == 256]
+            out[name] = finding_replay_prioritized(runs, hist, same)
         else:
             runs = pd.concat([r for r, _ in present.values()], ignore_index=True)
             hist = pd.concat([h for _, h in present.values()], ignore_index=True)
