@@ -35,6 +35,7 @@ from analysis.plots import save  # noqa: E402
 from analysis.replay_ratio import finding_replay_ratio  # noqa: E402
 from analysis.stats import bootstrap_ci, iqm, probability_of_improvement  # noqa: E402
 from dqnlab import metrics as M  # noqa: E402
+from dqnlab.config import Config  # noqa: E402
 from dqnlab.statistics import bootstrap_difference, fisher_exact, holm  # noqa: E402
 
 MARGIN_CARTPOLE = 50.0
@@ -152,8 +153,8 @@ def finding_replay_prioritized(runs: pd.DataFrame, hist: pd.DataFrame, same_conf
     Per cell: final return, AUC, seeds soft-diverged (any check / at the end) and the median final max |Q| on
     current data; two families per UTD, prioritized minus uniform: the final return (bootstrap, Holm) and
     the seeds soft-diverged at any check (Fisher's exact test, Holm). ``same_config``: runs of another
-    study with the uniform cells' configuration and seeds (finding 4b's period-256 cells), whose difference
-    is reported as the noise floor (an A/A comparison, outside the families)."""
+    study (finding 4b's), whose cells with a uniform cell's configuration and seeds give the noise floor
+    (an A/A comparison, outside the families)."""
     utds = sorted(runs["utd"].unique())
     replays = [r for r in ("uniform", "prioritized") if r in set(runs["replay"])]
     md = ["| UTD | replay | seeds | final return IQM [95% CI] | AUC IQM [95% CI] | soft-diverged (any / end) | "
@@ -203,16 +204,14 @@ def finding_replay_prioritized(runs: pd.DataFrame, hist: pd.DataFrame, same_conf
             verdict = ("more" if hits / n > base_hits / base_n else "fewer") if q < 0.05 else "inconclusive"
             md.append(f"| {utd:g} | {hits}/{n} | {base_hits}/{base_n} | {p_value:.2g} | {q:.2g} | {verdict} |")
     if same_config is not None and len(same_config):
-        md += ["", "Noise floor (A/A: the same configuration and seeds run again in another study, finding 4b's "
-               "period-256 cells; not part of a family):", "", "| UTD | uniform here minus 4b | IQM here | IQM in 4b |",
-               "|---|---|---|---|"]  # fmt: skip
+        rows = []
         for utd in utds:
-            here = returns_of(runs[(runs["utd"] == utd) & (runs["replay"] == "uniform")])
-            there = returns_of(same_config[same_config["utd"] == utd])
-            if len(here) and len(there):
-                point, draws = bootstrap_difference(here, there, reps=1000)
-                low, high = np.quantile(draws, [0.025, 0.975])
-                md.append(f"| {utd:g} | {_fmt(point, low, high)} | {iqm(here):.0f} | {iqm(there):.0f} |")
+            here = runs[(runs["utd"] == utd) & (runs["replay"] == "uniform")]
+            there = same_config_runs(same_config, here) if len(here) else here
+            if len(there):
+                rows.append((f"UTD {utd:g}, uniform", returns_of(here), returns_of(there)))
+        if rows:
+            md += ["", *_noise_floor(rows, "the final return", "replay_ratio-target_period")]
     for ax, ylabel in zip(axes, ["final greedy return (IQM, 95% CI)", "fraction of seeds that ended soft-diverged",
                                  "max |Q| on current data at the end (median)"]):  # fmt: skip
         ax.set_xscale("log", base=2)
@@ -368,18 +367,41 @@ def finding_workers(runs: pd.DataFrame, hist: pd.DataFrame | None = None) -> Fin
     return Finding("\n".join(md), fig, "finding_workers.png")
 
 
+def same_config_runs(there: pd.DataFrame, cell: pd.DataFrame) -> pd.DataFrame:
+    """The runs of another study with exactly ``cell``'s configuration (every config field but the seed)
+    and its seeds: the other half of an A/A comparison; empty when there is none."""
+    fields = [f for f in Config.field_names() if f != "seed" and f in cell and f in there]
+    key = [str(v) for v in cell.iloc[0][fields]]
+    same = there[there[fields].apply(lambda col: col.map(str)).apply(list, axis=1).map(lambda v: v == key)]
+    return same if sorted(same["seed"]) == sorted(cell["seed"]) else same.iloc[:0]
+
+
+def _noise_floor(rows: list[tuple[str, np.ndarray, np.ndarray]], what: str, other: str, digits: int = 0) -> list[str]:
+    """A/A rows: per label, ``IQM(here) - IQM(there)`` with a 95% bootstrap CI (not part of any family)."""
+    md = [f"Noise floor (A/A: {what} here against the same configuration and seeds in `{other}`, run on another day "
+          "from another commit; not part of a family):", "", "| cell | here minus there [95% CI] | IQM here | IQM there |",
+          "|---|---|---|---|"]  # fmt: skip
+    for label, here, there in rows:
+        point, draws = bootstrap_difference(here, there, reps=1000)
+        low, high = np.quantile(draws, [0.025, 0.975])
+        md.append(f"| {label} | {_fmt(point, low, high, digits)} | {iqm(here):.{digits}f} | {iqm(there):.{digits}f} |")
+    return md
+
+
 # --- finding 2b: the same shares under prioritized replay --------------------------------------------------
-def finding_workers_prioritized(runs: pd.DataFrame, hist: pd.DataFrame) -> Finding:
+def finding_workers_prioritized(runs: pd.DataFrame, hist: pd.DataFrame, other: pd.DataFrame | None = None) -> Finding:
     """Finding 2 under Ape-X's shared prioritized replay: per setup (homogeneous, one slow, one long-episode
     worker) and replay (uniform, prioritized), worker 1's produced / resident / sampled / episode shares and
     the final return; two families: worker 1's sampled-minus-produced gap and the final return, each
-    prioritized minus uniform per setup."""
+    prioritized minus uniform per setup. ``other``: finding 2's runs, whose cells with a uniform cell's
+    configuration and seeds give the noise floor (A/A)."""
     runs = runs.assign(variant=runs.apply(_workers_variant, axis=1))
     order = [v for v in WORKERS_ORDER if v in set(runs["variant"])]
     replays = [r for r in ("uniform", "prioritized") if r in set(runs["replay"])]
     sampled, produced = f"final_{M.worker_share(1, 'sampled')}", f"final_{M.worker_share(1, 'produced')}"
-    md = ["| workers | replay | worker 1 produced | worker 1 resident | worker 1 sampled | sampled minus produced "
-          "(IQM [95% CI]) | worker 1 episodes | final return IQM [95% CI] | AUC IQM [95% CI] |",
+    md = ["| workers | replay | worker 1 produced (median) | worker 1 resident (median) | worker 1 sampled (median) | "
+          "sampled minus produced (IQM [95% CI]) | worker 1 episodes (median) | final return IQM [95% CI] | "
+          "AUC IQM [95% CI] |",
           "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     gaps_family = Family("worker 1's sampled-minus-produced share, prioritized minus uniform, per setup", SHARE_MARGIN,
                          words=("higher", "lower"))  # fmt: skip
@@ -410,6 +432,18 @@ def finding_workers_prioritized(runs: pd.DataFrame, hist: pd.DataFrame) -> Findi
                                    (uni[sampled] - uni[produced]).to_numpy(float))  # fmt: skip
             returns_family.difference(f"{v}: prioritized minus uniform", returns_of(prio), returns_of(uni))
         md += ["", gaps_family.markdown(digits=3), "", returns_family.markdown()]
+    if other is not None and len(other):
+        gaps, returns = [], []
+        for v in order:
+            here = cells.get((v, "uniform"), runs.iloc[:0])
+            there = same_config_runs(other, here) if len(here) else here
+            if len(there):
+                gaps.append((v, (here[sampled] - here[produced]).to_numpy(float),
+                             (there[sampled] - there[produced]).to_numpy(float)))  # fmt: skip
+                returns.append((v, returns_of(here), returns_of(there)))
+        if gaps:
+            md += ["", *_noise_floor(gaps, "worker 1's sampled-minus-produced share, uniform", "workers-default", 3),
+                   "", *_noise_floor(returns, "the final return, uniform", "workers-default")]  # fmt: skip
     axes[0].axhline(0.0, color="black", lw=1, ls="--")
     axes[0].set(ylabel="worker 1: sampled - produced share\n(IQM, 95% CI)", title="is worker 1 sampled in proportion?")
     axes[1].set(ylabel="final greedy return (IQM, 95% CI)", title="what was learned")
@@ -562,12 +596,14 @@ def data_findings(data: Path, names: list[str]) -> dict[str, Finding]:
             hist = pd.concat([h for _, h in present.values()], ignore_index=True)
             same = None
             if (data / "replay_ratio-target_period.runs.csv.gz").exists():
-                base = read_study(data, "replay_ratio-target_period")[0]
-                same = base[base["target_period"] == 256]
+                same = read_study(data, "replay_ratio-target_period")[0]
             out[name] = finding_replay_prioritized(runs, hist, same)
         else:
             runs = pd.concat([r for r, _ in present.values()], ignore_index=True)
             hist = pd.concat([h for _, h in present.values()], ignore_index=True)
+            if name == "workers_prioritized" and (data / "workers-default.runs.csv.gz").exists():
+                out[name] = finding_workers_prioritized(runs, hist, read_study(data, "workers-default")[0])
+                continue
             function = {"writers": finding_writers, "workers": finding_workers, "parallel": finding_parallel,
                         "target_period": finding_target_period,
                         "workers_prioritized": finding_workers_prioritized,

@@ -109,3 +109,22 @@ def test_finding_4c_compares_prioritized_with_uniform_at_the_same_utd_in_returns
     assert rows["UTD 1: prioritized minus uniform"].endswith("| equivalent |"), text
     assert "| 16 | 10/10 | 0/10 |" in text and text.rstrip().endswith("| more |"), text
     assert "| 16 | prioritized | 10 |" in text and "| 10/10 / 10/10 | 500 |" in text, text
+
+
+def test_an_aa_comparison_pairs_only_runs_with_the_same_configuration_and_seeds():
+    """The noise floor compares a cell with another study's runs of exactly its configuration and seeds:
+    a run differing in one field (or a seed set that differs) is not its A/A partner."""
+    import pandas as pd
+
+    from analysis.findings import same_config_runs
+    from dqnlab.config import Config
+
+    def runs(seeds, **fields):
+        return pd.DataFrame([Config.from_flat(dict(fields, seed=s)).to_flat() for s in seeds])
+
+    cell = runs(range(3), utd=4.0, target_period=256)
+    there = pd.concat([runs(range(3), utd=4.0, target_period=256), runs(range(3), utd=4.0, target_period=64),
+                       runs(range(3), utd=1.0, target_period=256)], ignore_index=True)  # fmt: skip
+    same = same_config_runs(there, cell)
+    assert len(same) == 3 and set(same["target_period"]) == {256} and set(same["utd"]) == {4.0}
+    assert same_config_runs(runs(range(2), utd=4.0, target_period=256), cell).empty  # seeds 0-1 are not 0-2
