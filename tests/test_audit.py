@@ -11,6 +11,7 @@ from small import small_config
 
 from dqnlab import metrics as M
 from dqnlab.audit import Audit, report
+from dqnlab.audit.recorder import LAG, read_events
 from dqnlab.audit.report import Lineage
 from dqnlab.audit.tags import lag, pack, version_of, worker_of
 from dqnlab.engine import train
@@ -178,6 +179,41 @@ def test_lags_of_a_training_run_are_exact_when_no_version_wraps(tmp_path):
     lags = np.concatenate(lags)
     assert final[M.POLICY_LAG_RUN_MEAN] == pytest.approx(lags.mean(), rel=1e-12)
     assert final[M.POLICY_LAG_RUN_MAX] == lags.max() == 9
+
+
+def test_a_sampled_fraction_estimates_the_shares_and_lag_within_their_standard_error(tmp_path):
+    """Counting a random quarter of the batches: the sampled shares and the mean lag land within 4
+    standard errors of the exact ones (from every batch), about a quarter of the batches are counted, and
+    the report says the figures are estimates. A fraction outside (0, 1] is refused, naming the field."""
+    rng = np.random.default_rng(3)
+    exact, audit = Audit(tmp_path / "exact"), Audit(tmp_path / "quarter", sampled_fraction=0.25)
+    for a in (exact, audit):
+        for w in range(2):
+            a.produced_batch(w, 0, np.zeros(1, bool))
+    batches = 4000
+    for version in range(100, 100 + batches):
+        workers = (rng.random(128) < 0.3).astype(np.int64)  # worker 1: 30% of the draws
+        batch = pack(workers, version - rng.integers(0, 20, 128), np.arange(128))
+        exact.sampled(batch, version)
+        audit.sampled(batch, version)
+    exact.flush()
+    audit.flush()
+    want, got = report(tmp_path / "exact"), report(tmp_path / "quarter")
+    share, est = want.final[M.worker_share(1, "sampled")], got.final[M.worker_share(1, "sampled")]
+    se = np.sqrt(share * (1 - share) / (0.25 * batches * 128))
+    assert share == pytest.approx(0.3, abs=0.005)
+    assert est != share and abs(est - share) < 4 * se  # an estimate, and a close one
+    lag_sd = np.sqrt((20**2 - 1) / 12)  # uniform lags 0..19
+    lag_se = lag_sd / np.sqrt(0.25 * batches * 128)
+    assert abs(got.final[M.POLICY_LAG_RUN_MEAN] - want.final[M.POLICY_LAG_RUN_MEAN]) < 4 * lag_se
+    events, _ = read_events(tmp_path / "quarter")
+    counted = events["c"][events["kind"] == LAG][-1] / 128  # the lag record's count: the elements counted
+    assert abs(counted - 0.25 * batches) < 4 * np.sqrt(batches * 0.25 * 0.75)
+    assert "estimated from a random 25% of the sampled batches" in got.summary()
+    assert "estimated" not in want.summary()
+    for bad in (0, 1.5, -0.1, "0.5", True):
+        with pytest.raises(ValueError, match="sampled_fraction"):
+            Audit(tmp_path / "bad", sampled_fraction=bad)
 
 
 SPAWNING = """

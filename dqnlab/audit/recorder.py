@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 import os
+import random
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -48,6 +50,7 @@ WRITE_END = 9  # writer: it ends
 DIAG = 10  # diagnostic id (DIAG_NAMES); its value
 CONFIG = 11  # -1; gamma; reward bound (NaN: from the rewards); learning starts (env steps)
 REWARD = 12  # -1; largest |reward| seen by this process so far
+SUBSAMPLED = 13  # -1; the fraction of sampled batches counted (only written when below 1)
 DIAG_NAMES = ("q_mean", "q_max", "q_min", "q_p05", "q_p50", "q_p95", "q_abs_max_current", "srank_current",
               "dormant_frac_tau0_current", "dormant_frac_tau0.1_current")  # fmt: skip
 BLOCK = 4096
@@ -86,11 +89,24 @@ class Audit:
     ``q_fn(obs) -> (N, A)`` (and ``features_fn(obs) -> (N, d)``, the penultimate layer) turn on the Q
     statistics and collapse signs, measured every ``diag_every_updates`` updates on the latest
     sampled batch (current data). ``gamma``/``reward_bound`` set what the env can pay (soft
-    divergence); ``learning_starts`` (env steps) is subtracted in the realised UTD, as dqnlab does."""
+    divergence); ``learning_starts`` (env steps) is subtracted in the realised UTD, as dqnlab does.
+
+    ``sampled_fraction`` (0 < f <= 1, default 1: every batch) counts each sampled batch with
+    probability f, drawn independently per batch, for a loop where even the ~2 us of :meth:`sampled`
+    shows: the sampled shares and the mean policy lag are then unbiased estimates (a share's standard
+    error is sqrt(p(1 - p) / (f * elements drawn)), under 0.003 for 1,000 batches of 128 at f = 0.25),
+    the max lag is the max over the counted batches, and the report says so. Everything else (produced,
+    resident, updates, UTD, lost updates, Q) stays exact."""
 
     def __init__(self, folder: str | Path, *, gamma: float = 0.99, reward_bound: float | None = None,
                  learning_starts: int = 0, q_fn: Callable | None = None, features_fn: Callable | None = None,
-                 diag_every_updates: int = 250, flush_every_s: float = 1.0):  # fmt: skip
+                 diag_every_updates: int = 250, flush_every_s: float = 1.0,
+                 sampled_fraction: float = 1.0):  # fmt: skip
+        real = isinstance(sampled_fraction, numbers.Real) and not isinstance(sampled_fraction, bool)
+        if not (real and 0 < sampled_fraction <= 1):
+            raise ValueError(f"Audit(sampled_fraction={sampled_fraction!r}): must be a number in (0, 1] "
+                             "(the fraction of sampled batches counted; 1 counts every batch)")  # fmt: skip
+        self.sampled_fraction = float(sampled_fraction)
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.q_fn, self.features_fn = q_fn, features_fn
@@ -126,7 +142,11 @@ class Audit:
         self._calls = 0
         self._next_check = 64
         self._obs = None
+        # counted batches drawn by a per-process generator (seeded by the pid: a forked child draws its own)
+        self._draw = random.Random(self._pid).random
         self._emit(CONFIG, -1, *self._config)
+        if self.sampled_fraction < 1.0:
+            self._emit(SUBSAMPLED, -1, self.sampled_fraction)
 
     def _check_process(self) -> None:
         if self._generation != _generation:  # a forked child: its own file, counters from zero
@@ -135,7 +155,8 @@ class Audit:
     def __getstate__(self) -> dict:
         """What a spawned process receives: the settings, not this process's counts or events."""
         return {"folder": self.folder, "q_fn": self.q_fn, "features_fn": self.features_fn,
-                "diag_every": self.diag_every, "flush_every_s": self.flush_every_s, "_config": self._config}  # fmt: skip
+                "diag_every": self.diag_every, "flush_every_s": self.flush_every_s, "_config": self._config,
+                "sampled_fraction": self.sampled_fraction}  # fmt: skip
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -204,6 +225,10 @@ class Audit:
         kept for the Q diagnostics)."""
         if self._generation != _generation:
             self._open()
+        if self.sampled_fraction < 1.0 and self._draw() >= self.sampled_fraction:  # not counted (see __init__)
+            if obs is not None:
+                self._obs = obs
+            return
         # copied and folded many batches at a time: one set of numpy calls per ~PENDING elements
         if type(tags) is not np.ndarray or tags.dtype is not _INT64 or tags.ndim != 1:
             tags = np.asarray(tags, dtype=np.int64).ravel()

@@ -29,6 +29,7 @@ from dqnlab.audit.recorder import (
     RESIDENT,
     REWARD,
     SAMPLED,
+    SUBSAMPLED,
     SYNC,
     UPDATE,
     WRITE,
@@ -126,6 +127,10 @@ class AuditReport:
         if M.POLICY_LAG_RUN_MEAN in f:
             lag_max = f.get(M.POLICY_LAG_RUN_MAX, 0)
             lines.append(f"policy lag: mean {f[M.POLICY_LAG_RUN_MEAN]:.1f}, max {lag_max:.0f} updates")
+        fraction = self.config.get("sampled_fraction", 1.0)
+        if fraction < 1.0:
+            lines.append(f"sampled shares and policy lag estimated from a random {fraction:.0%} of the sampled batches "
+                         "(max lag: over those)")  # fmt: skip
         lines.append(f"lost updates: {f.get(M.LOST_UPDATES, 0):.0f} ({f.get(M.LOST_UPDATE_FRAC, 0):.1%} of the updates"
                      f"; effective UTD {f.get('utd_effective', math.nan):.4f}); raced writes: "
                      f"{f.get(M.RACED_WRITE_FRAC, 0):.1%}")  # fmt: skip
@@ -199,6 +204,8 @@ def report(folder: str | Path, every_updates: int | None = None) -> AuditReport:
     cfg = events[events["kind"] == CONFIG]
     if cfg.size:
         config = {"gamma": float(cfg["a"][0]), "reward_bound": float(cfg["b"][0]), "learning_starts": float(cfg["c"][0])}
+    sub = events["a"][events["kind"] == SUBSAMPLED]
+    config["sampled_fraction"] = float(sub.min()) if sub.size else 1.0
     total_updates = int((events["kind"] == UPDATE).sum())
     every = every_updates or max(1, total_updates // 100)
     book = Lineage({int(w) for w in events["who"][events["kind"] == WRITE]})

@@ -6,9 +6,10 @@ The loop a user writes first, fast enough that any per-step cost shows: gymnasiu
 numpy Q-network policy (64-64), a numpy ring buffer, and every 4 env steps (UTD 0.25) a batch of 128
 drawn and one numpy "update" (a forward and an outer-product step on the last layer). The same loop
 with the audit's calls added (``produced`` per step, ``sampled`` and ``updated`` per update,
-``resident`` at the end), the two alternated (ABBA), medians of ``--repeats`` in wall and CPU time,
-then each call's cost timed alone: what the calls add per env step, beside what the loops measured.
-Target: overhead < 5% of the loop's wall time.
+``resident`` at the end), and the same counting a random quarter of the sampled batches
+(``sampled_fraction=0.25``: shares and lag estimated), the three in a rotating order, medians of
+``--repeats`` in wall and CPU time, then each call's cost timed alone: what the calls add per env
+step, beside what the loops measured. Target: overhead < 5% of the loop's wall time.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 from dqnlab.audit import Audit
 
 
-def loop(steps: int, audited: bool, seed: int = 0) -> float:
+def loop(steps: int, audited: bool, seed: int = 0, sampled_fraction: float = 1.0) -> float:
     """Env steps/s of the loop (with the audit's calls when ``audited``)."""
     rng = np.random.default_rng(seed)
     w1, w2, w3 = (rng.standard_normal(s).astype(np.float32) * 0.1 for s in ((4, 64), (64, 64), (64, 2)))
@@ -33,7 +34,7 @@ def loop(steps: int, audited: bool, seed: int = 0) -> float:
     act_buf = np.zeros(capacity, np.int64)
     rew_buf = np.zeros(capacity, np.float32)
     tag_buf = np.zeros(capacity, np.int64)
-    audit = Audit(tempfile.mkdtemp(prefix="audit-bench-")) if audited else None
+    audit = Audit(tempfile.mkdtemp(prefix="audit-bench-"), sampled_fraction=sampled_fraction) if audited else None
     env = gym.make("CartPole-v1")
     obs, _ = env.reset(seed=seed)
     size = pos = updates = 0
@@ -65,16 +66,19 @@ def loop(steps: int, audited: bool, seed: int = 0) -> float:
 def call_costs(calls: int = 100_000) -> dict[str, float]:
     """Microseconds per audit call, each timed alone in a tight loop (batch of 128 tags)."""
     audit = Audit(tempfile.mkdtemp(prefix="audit-bench-"))
+    quarter = Audit(tempfile.mkdtemp(prefix="audit-bench-"), sampled_fraction=0.25)
     tags = audit.produced_batch(0, 0, np.zeros(20_000, bool))[np.random.default_rng(0).integers(0, 20_000, 128)]
     out = {}
     for name, call, n in (("produced", lambda: audit.produced(0, 3, False), calls),
                           ("sampled (batch 128)", lambda: audit.sampled(tags, 7), calls // 4),
+                          ("sampled, sampled_fraction=0.25", lambda: quarter.sampled(tags, 7), calls // 4),
                           ("updated", lambda: audit.updated(0), calls // 4)):  # fmt: skip
         start = time.perf_counter()
         for _ in range(n):
             call()
         out[name] = (time.perf_counter() - start) / n * 1e6
     audit.close()
+    quarter.close()
     return out
 
 
@@ -83,25 +87,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=40_000)
     p.add_argument("--repeats", type=int, default=5)
     args = p.parse_args(argv)
-    wall: dict[bool, list[float]] = {False: [], True: []}
-    cpu: dict[bool, list[float]] = {False: [], True: []}
+    variants = {"user loop": None, "user loop + dqnlab.audit": 1.0, "  ... sampled_fraction=0.25": 0.25}
+    wall: dict[str, list[float]] = {name: [] for name in variants}
+    cpu: dict[str, list[float]] = {name: [] for name in variants}
+    names = list(variants)
     for r in range(args.repeats):
-        for audited in ((False, True) if r % 2 == 0 else (True, False)):  # ABBA: neither always runs first
+        for name in names[r % 3 :] + names[: r % 3]:  # a rotating order: none always runs first
             c = time.process_time()
-            wall[audited].append(loop(args.steps, audited, seed=r))
-            cpu[audited].append(args.steps / (time.process_time() - c))
-    pair = [p / a - 1 for p, a in zip(wall[False], wall[True])]
-    pair_cpu = [p / a - 1 for p, a in zip(cpu[False], cpu[True])]
-    print(f"{'loop':<34} {'wall':>10} {'cpu':>10}  unit (medians of {args.repeats})")
-    for audited, name in ((False, "user loop"), (True, "user loop + dqnlab.audit")):
-        print(f"{name:<34} {statistics.median(wall[audited]):>10.0f} {statistics.median(cpu[audited]):>10.0f}  env steps/s")
-    over, over_cpu = 100 * statistics.median(pair), 100 * statistics.median(pair_cpu)
-    print(f"overhead: {over:.1f}% of the loop's wall time, {over_cpu:.1f}% of its CPU time (pair medians; target < 5%)")
+            fraction = variants[name]
+            wall[name].append(loop(args.steps, fraction is not None, seed=r, sampled_fraction=fraction or 1.0))
+            cpu[name].append(args.steps / (time.process_time() - c))
+    print(f"{'loop':<34} {'wall':>10} {'cpu':>10}  unit (medians of {args.repeats})   overhead: wall, cpu (pair medians)")
+    plain = names[0]
+    for name in names:
+        line = f"{name:<34} {statistics.median(wall[name]):>10.0f} {statistics.median(cpu[name]):>10.0f}  env steps/s"
+        if name != plain:
+            over = 100 * statistics.median([p / a - 1 for p, a in zip(wall[plain], wall[name])])
+            over_cpu = 100 * statistics.median([p / a - 1 for p, a in zip(cpu[plain], cpu[name])])
+            line += f"   {over:.1f}%, {over_cpu:.1f}%"
+        print(line)
+    print("overhead target: < 5% of the loop's wall time")
     costs = call_costs()
     per_step = costs["produced"] + (costs["sampled (batch 128)"] + costs["updated"]) / 4
     for name, us in costs.items():
         print(f"  {name:<32} {us:>8.2f} us a call")
-    plain_us = 1e6 / statistics.median(wall[False])
+    plain_us = 1e6 / statistics.median(wall[plain])
     print(f"  per env step at UTD 0.25: {per_step:.2f} us, {100 * per_step / plain_us:.1f}% of the plain loop's "
           f"{plain_us:.0f} us (what the calls alone add)")
     return 0
