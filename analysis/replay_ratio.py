@@ -66,10 +66,11 @@ def contrasts(runs: pd.DataFrame, margin: float) -> Family:
     family = Family("replay ratio", margin, reps=REPS)
     for unit in UNITS:
         for v in variants:
-            cells = [values.get((u, unit, v), np.array([])) for u in utds]
-            if len(utds) >= 2 and all(len(c) for c in cells):
-                slope, draws = trend(np.log2(utds), cells, reps=REPS)
-                family.add(f"UTD trend, target in {unit}, {v} (return per doubling of UTD)", slope, draws,
+            ran = [u for u in utds if len(values.get((u, unit, v), []))]  # a variant may lack a UTD so far
+            if len(ran) >= 2:
+                slope, draws = trend(np.log2(ran), [values[(u, unit, v)] for u in ran], reps=REPS)
+                span = "" if ran == utds else f" over UTD {', '.join(f'{u:g}' for u in ran)}"
+                family.add(f"UTD trend, target in {unit}, {v}{span} (return per doubling of UTD)", slope, draws,
                            testable_equivalence=False)  # fmt: skip
     for v in variants:
         for u in utds:
