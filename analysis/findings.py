@@ -211,7 +211,9 @@ def finding_replay_prioritized(runs: pd.DataFrame, hist: pd.DataFrame, same_conf
             if len(there):
                 rows.append((f"UTD {utd:g}, uniform", returns_of(here), returns_of(there)))
         if rows:
-            md += ["", *_noise_floor(rows, "the final return", "replay_ratio-target_period")]
+            studies = ", ".join(f"`{n}`" for n in dict.fromkeys(same_config["study"])) if "study" in same_config \
+                else "another study"  # fmt: skip
+            md += ["", *_noise_floor(rows, "the final return", studies)]
     for ax, ylabel in zip(axes, ["final greedy return (IQM, 95% CI)", "fraction of seeds that ended soft-diverged",
                                  "max |Q| on current data at the end (median)"]):  # fmt: skip
         ax.set_xscale("log", base=2)
@@ -377,10 +379,11 @@ def same_config_runs(there: pd.DataFrame, cell: pd.DataFrame) -> pd.DataFrame:
 
 
 def _noise_floor(rows: list[tuple[str, np.ndarray, np.ndarray]], what: str, other: str, digits: int = 0) -> list[str]:
-    """A/A rows: per label, ``IQM(here) - IQM(there)`` with a 95% bootstrap CI (not part of any family)."""
-    md = [f"Noise floor (A/A: {what} here against the same configuration and seeds in `{other}`, run on another day "
-          "from another commit; not part of a family):", "", "| cell | here minus there [95% CI] | IQM here | IQM there |",
-          "|---|---|---|---|"]  # fmt: skip
+    """A/A rows: per label, ``IQM(here) - IQM(there)`` with a 95% bootstrap CI (not part of any family);
+    ``other`` names the study or studies the partners come from, as markdown."""
+    md = [f"Noise floor (A/A: {what} here against the same configuration and seeds in {other}, run separately "
+          "(another sitting; some from another commit); not part of a family):", "",
+          "| cell | here minus there [95% CI] | IQM here | IQM there |", "|---|---|---|---|"]  # fmt: skip
     for label, here, there in rows:
         point, draws = bootstrap_difference(here, there, reps=1000)
         low, high = np.quantile(draws, [0.025, 0.975])
@@ -442,8 +445,8 @@ def finding_workers_prioritized(runs: pd.DataFrame, hist: pd.DataFrame, other: p
                              (there[sampled] - there[produced]).to_numpy(float)))  # fmt: skip
                 returns.append((v, returns_of(here), returns_of(there)))
         if gaps:
-            md += ["", *_noise_floor(gaps, "worker 1's sampled-minus-produced share, uniform", "workers-default", 3),
-                   "", *_noise_floor(returns, "the final return, uniform", "workers-default")]  # fmt: skip
+            md += ["", *_noise_floor(gaps, "worker 1's sampled-minus-produced share, uniform", "`workers-default`", 3),
+                   "", *_noise_floor(returns, "the final return, uniform", "`workers-default`")]  # fmt: skip
     axes[0].axhline(0.0, color="black", lw=1, ls="--")
     axes[0].set(ylabel="worker 1: sampled - produced share\n(IQM, 95% CI)", title="is worker 1 sampled in proportion?")
     axes[1].set(ylabel="final greedy return (IQM, 95% CI)", title="what was learned")
@@ -599,9 +602,10 @@ def data_findings(data: Path, names: list[str]) -> dict[str, Finding]:
         elif name == "replay_prioritized":
             runs = pd.concat([r for r, _ in present.values()], ignore_index=True)
             hist = pd.concat([h for _, h in present.values()], ignore_index=True)
-            same = None
-            if (data / "replay_ratio-target_period.runs.csv.gz").exists():
-                same = read_study(data, "replay_ratio-target_period")[0]
+            # the uniform cells' A/A partners: 4b's period-256 cells (UTD 1, 4) and finding 4's plain env-step cell
+            partners = [read_study(data, s)[0] for s in ("replay_ratio-target_period", "replay_ratio-cartpole-plain-utd16")
+                        if (data / f"{s}.runs.csv.gz").exists()]  # fmt: skip
+            same = pd.concat(partners, ignore_index=True) if partners else None
             out[name] = finding_replay_prioritized(runs, hist, same)
         else:
             runs = pd.concat([r for r, _ in present.values()], ignore_index=True)
