@@ -10,11 +10,20 @@ with the audit's calls added (``produced`` per step, ``sampled`` and ``updated``
 (``sampled_fraction=0.25``: shares and lag estimated), the three in a rotating order, medians of
 ``--repeats`` in wall and CPU time, then each call's cost timed alone: what the calls add per env
 step, beside what the loops measured. Target: overhead < 5% of the loop's wall time.
+
+Timings on a shared 2-core machine move by a few percent between sittings, the size of the effect.
+``--one VARIANT`` runs one loop and exits, for an instruction count that does not move: run it under
+``valgrind --tool=cachegrind`` (with ``OPENBLAS_NUM_THREADS=1``: idle BLAS threads spin) at two
+``--steps`` and divide the difference by the extra steps, for ``plain``, ``audit`` and ``null`` (the
+same calls into an audit that does nothing: what the calls and the tag plumbing cost by themselves).
+Under valgrind a loop runs ~50x slower, so the audit's once-a-second flush fires ~50x more often per
+step than natively: ``--one`` sets ``flush_every_s`` to 10^9 (the log points' flushes remain).
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import tempfile
 import time
@@ -25,7 +34,21 @@ import numpy as np
 from dqnlab.audit import Audit
 
 
-def loop(steps: int, audited: bool, seed: int = 0, sampled_fraction: float = 1.0) -> float:
+class NullAudit(Audit):
+    """The audit's calls, doing nothing: what calling it and keeping the tags cost by themselves."""
+
+    def produced(self, worker: int, version: int, episode_end: bool = False, reward: float | None = None) -> int:
+        return 0
+
+    def sampled(self, tags, version: int, obs=None) -> None:
+        pass
+
+    def updated(self, writer: int = 0, td_loss: float | None = None) -> None:
+        pass
+
+
+def loop(steps: int, audited: bool, seed: int = 0, sampled_fraction: float = 1.0,
+         audit_class: type[Audit] = Audit, flush_every_s: float = 1.0) -> float:  # fmt: skip
     """Env steps/s of the loop (with the audit's calls when ``audited``)."""
     rng = np.random.default_rng(seed)
     w1, w2, w3 = (rng.standard_normal(s).astype(np.float32) * 0.1 for s in ((4, 64), (64, 64), (64, 2)))
@@ -34,7 +57,8 @@ def loop(steps: int, audited: bool, seed: int = 0, sampled_fraction: float = 1.0
     act_buf = np.zeros(capacity, np.int64)
     rew_buf = np.zeros(capacity, np.float32)
     tag_buf = np.zeros(capacity, np.int64)
-    audit = Audit(tempfile.mkdtemp(prefix="audit-bench-"), sampled_fraction=sampled_fraction) if audited else None
+    folder = tempfile.mkdtemp(prefix="audit-bench-")  # removed at the end
+    audit = audit_class(folder, sampled_fraction=sampled_fraction, flush_every_s=flush_every_s) if audited else None
     env = gym.make("CartPole-v1")
     obs, _ = env.reset(seed=seed)
     size = pos = updates = 0
@@ -60,13 +84,16 @@ def loop(steps: int, audited: bool, seed: int = 0, sampled_fraction: float = 1.0
     if audited:
         audit.resident(tag_buf[:size])
         audit.close()
-    return steps / (time.perf_counter() - start)
+    elapsed = time.perf_counter() - start
+    shutil.rmtree(folder, ignore_errors=True)
+    return steps / elapsed
 
 
 def call_costs(calls: int = 100_000) -> dict[str, float]:
     """Microseconds per audit call, each timed alone in a tight loop (batch of 128 tags)."""
-    audit = Audit(tempfile.mkdtemp(prefix="audit-bench-"))
-    quarter = Audit(tempfile.mkdtemp(prefix="audit-bench-"), sampled_fraction=0.25)
+    folders = [tempfile.mkdtemp(prefix="audit-bench-") for _ in range(2)]  # removed at the end
+    audit = Audit(folders[0])
+    quarter = Audit(folders[1], sampled_fraction=0.25)
     tags = audit.produced_batch(0, 0, np.zeros(20_000, bool))[np.random.default_rng(0).integers(0, 20_000, 128)]
     out = {}
     for name, call, n in (("produced", lambda: audit.produced(0, 3, False), calls),
@@ -79,6 +106,8 @@ def call_costs(calls: int = 100_000) -> dict[str, float]:
         out[name] = (time.perf_counter() - start) / n * 1e6
     audit.close()
     quarter.close()
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
     return out
 
 
@@ -86,7 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m dqnlab.bench.audit", description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=40_000)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--one", choices=["plain", "audit", "null"], help="run one loop and exit (for valgrind)")
     args = p.parse_args(argv)
+    if args.one:
+        loop(args.steps, args.one != "plain", audit_class=NullAudit if args.one == "null" else Audit, flush_every_s=1e9)
+        return 0
     variants = {"user loop": None, "user loop + dqnlab.audit": 1.0, "  ... sampled_fraction=0.25": 0.25}
     wall: dict[str, list[float]] = {name: [] for name in variants}
     cpu: dict[str, list[float]] = {name: [] for name in variants}
