@@ -17,6 +17,13 @@ Holm-corrected; a bootstrap of 0/10 has no spread). It asks the confound's quest
 counting the target period in updates, which copies the target ``utd`` times more often per env
 step, change how often Q runs away?
 
+A third family, for soft divergence across UTDs: with the target period in env steps (so the target is
+copied equally often per env step at every UTD), the seeds that soft-diverged at any check at each UTD
+other than 1 against UTD 1, per variant (Fisher's exact test, Holm-corrected within this family). It
+asks what the second family cannot: with the copy rate held, does the replay ratio itself make Q run
+away? Declared in session 11, after CartPole's UTD-16 cells had been read (so CartPole's reading of it
+is post hoc) and before any Acrobot data existed.
+
 A study of a sub-grid (``--axis``) declares the same contrasts over the UTDs and variants it ran.
 
 The **noise floor**: at UTD 1 the two units are the same configuration with the same seeds, so their
@@ -112,6 +119,35 @@ def divergence_contrasts(runs: pd.DataFrame, hist: pd.DataFrame) -> pd.DataFrame
     return out
 
 
+def utd_divergence_contrasts(runs: pd.DataFrame, hist: pd.DataFrame) -> pd.DataFrame:
+    """The soft-divergence-across-UTD family (module docstring): per variant, with the target period in env
+    steps, seeds soft-diverged at any check at each UTD other than 1 and at UTD 1, Fisher's p and its Holm
+    adjustment within this family, and the verdict (``more``/``fewer`` at that UTD than at 1 where the
+    adjusted p < 0.05, else ``inconclusive``)."""
+    rows = []
+    env_unit = runs[runs["target_unit"] == "env_steps"]
+    for v in [v for v in VARIANTS if v in set(runs["variant"])]:
+        base = env_unit[(env_unit["utd"] == 1.0) & (env_unit["variant"] == v)]
+        if base.empty:
+            continue
+        base_hits, _ = soft_divergence_counts(base, hist)
+        for u in sorted(env_unit["utd"].unique()):
+            cell = env_unit[(env_unit["utd"] == u) & (env_unit["variant"] == v)]
+            if u == 1.0 or cell.empty:
+                continue
+            hits, _ = soft_divergence_counts(cell, hist)
+            rows.append({"utd": u, "variant": v, "at_utd": f"{hits}/{len(cell)}", "at_1": f"{base_hits}/{len(base)}",
+                         "p": fisher_exact(hits, len(cell), base_hits, len(base)),
+                         "sign": np.sign(hits / len(cell) - base_hits / len(base))})  # fmt: skip
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    out["p_holm"] = holm(out["p"].to_numpy())
+    out["verdict"] = [("more" if s > 0 else "fewer") if q < 0.05 else "inconclusive"
+                      for s, q in zip(out["sign"], out["p_holm"])]  # fmt: skip
+    return out
+
+
 def noise_floor(runs: pd.DataFrame) -> pd.DataFrame:
     """Per variant, the A/A difference at UTD 1 (both units: the same configuration, the same seeds)."""
     rows = []
@@ -203,6 +239,17 @@ def finding_replay_ratio(studies: dict[str, tuple[pd.DataFrame, pd.DataFrame]]) 
                    "|---|---|---|---|---|---|---|"]  # fmt: skip
             md += [f"| {r.utd:g} | {r.variant} | {r.env_steps} | {r.updates} | {r.p:.2g} | {r.p_holm:.2g} | {r.verdict} |"
                    for r in div.itertuples()]  # fmt: skip
+            md.append("")
+        across = utd_divergence_contrasts(runs, hist)
+        if not across.empty:
+            md += [f"Family *soft divergence across UTD*: {len(across)} contrasts, with the target in env steps (copied "
+                   "equally often per env step at every UTD), seeds soft-diverged at any check at a UTD vs at UTD 1, "
+                   "Fisher's exact test, Holm-corrected (alpha 0.05)"
+                   + ("; declared after these data were read, so post hoc here" if env == "CartPole-v1" else "") + ":", "",
+                   "| UTD | variant | at this UTD | at UTD 1 | p | Holm p | verdict (this UTD vs 1) |",
+                   "|---|---|---|---|---|---|---|"]  # fmt: skip
+            md += [f"| {r.utd:g} | {r.variant} | {r.at_utd} | {r.at_1} | {r.p:.2g} | {r.p_holm:.2g} | {r.verdict} |"
+                   for r in across.itertuples()]  # fmt: skip
             md.append("")
         if env == "CartPole-v1":  # finding 5 reads the same curves
             reached = time_to_threshold(runs, hist, 475.0)

@@ -361,3 +361,33 @@ def test_findings_come_from_the_exported_data_and_the_check_catches_a_number_typ
     assert single and all("0.000 [0.000, 0.000]" in line for line in single), single  # the single learner loses nothing
     assert all(line.split("|")[9].strip() == line.split("|")[3].strip() + "/" + line.split("|")[3].strip()
                for line in single), single  # every update applied: updates == owed in every seed
+
+
+def test_divergence_across_utd_holds_the_copy_rate_and_counts_each_cell_once():
+    """The across-UTD family compares only target-in-env-steps cells (copy rate per env step held), each UTD
+    against UTD 1 of the same variant; a run diverged at any check counts once, a hard-diverged one too."""
+    import pandas as pd
+
+    from analysis.replay_ratio import utd_divergence_contrasts
+    from dqnlab import metrics as M
+    from dqnlab.statistics import fisher_exact
+
+    runs, hist = [], []
+    diverged = {(1.0, "env_steps"): 0, (16.0, "env_steps"): 9, (4.0, "env_steps"): 1, (16.0, "updates"): 10}
+    for (utd, unit), hits in diverged.items():
+        for seed in range(10):
+            rid = f"{utd}-{unit}-{seed}"
+            hard = seed == 0 and hits == 9  # one of UTD 16's nine is a hard divergence: no checks logged
+            runs.append({"run_id": rid, "utd": utd, "target_unit": unit, "variant": "plain",
+                         "status": "diverged" if hard else "finished"})  # fmt: skip
+            if not hard:
+                for step, value in ((1000, 0.0), (2000, float(seed < hits)), (3000, 0.0)):  # diverged mid-run, then back
+                    hist.append({"run_id": rid, "metric": M.SOFT_DIVERGENCE, M.ENV_STEPS: step, "value": value})
+    out = utd_divergence_contrasts(pd.DataFrame(runs), pd.DataFrame(hist)).set_index("utd")
+    assert list(out.index) == [4.0, 16.0]  # UTD 1 is the baseline; the updates cell never enters
+    assert out.loc[16.0, "at_utd"] == "9/10" and out.loc[16.0, "at_1"] == "0/10"
+    assert out.loc[4.0, "at_utd"] == "1/10"
+    p16, p4 = fisher_exact(9, 10, 0, 10), fisher_exact(1, 10, 0, 10)
+    assert out.loc[16.0, "p_holm"] == pytest.approx(min(1.0, 2 * p16))
+    assert out.loc[4.0, "p_holm"] == pytest.approx(max(min(1.0, 2 * p16), p4))
+    assert out.loc[16.0, "verdict"] == "more" and out.loc[4.0, "verdict"] == "inconclusive"
