@@ -46,12 +46,6 @@ def _fmt(point: float, low: float, high: float, digits: int = 0) -> str:
     return fmt_ci(point, low, high, digits)
 
 
-def _mitigation(row: pd.Series) -> str:
-    if row.get("layer_norm"):
-        return "layernorm"
-    return {"none": "plain", "head": "head_reset", "shrink_perturb": "shrink_perturb"}[row["reset"]]
-
-
 def _curves(hist: pd.DataFrame, runs: pd.DataFrame, metric: str, key: str) -> pd.DataFrame:
     """Per (``key`` value, env step): the IQM of ``metric`` over seeds and a 95% bootstrap CI."""
     sub = hist[(hist["metric"] == metric) & hist["run_id"].isin(runs["run_id"])].merge(runs[["run_id", key]], on="run_id")
@@ -104,14 +98,15 @@ def _divergence_by_period(runs: pd.DataFrame, hist: pd.DataFrame, periods: list,
     return md
 
 
-# --- finding 4b: target period (the study of 2026-12-04, on the old design) ----------------------------
-def finding_target_period(runs: pd.DataFrame, hist: pd.DataFrame) -> Finding:
+# --- finding 4b: target period ----------------------------------------------------------------------------------
+def finding_target_period(runs: pd.DataFrame, hist: pd.DataFrame, same_config: pd.DataFrame | None = None) -> Finding:
     """Finding 4b on the redesigned study: plain DQN, target period (in env steps) x UTD; per cell the final
-    return and seeds that soft-diverged (at any check / at the end); the family: each period against the
-    base period 256 at each UTD."""
+    return, the AUC and seeds that soft-diverged (at any check / at the end); the family: each period
+    against the base period 256 at each UTD. ``same_config``: runs of another study (finding 4's), whose
+    cells with a period-256 cell's configuration and seeds give the noise floor (A/A, outside the family)."""
     periods, utds = sorted(runs["target_period"].unique()), sorted(runs["utd"].unique())
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.3))
-    md = ["| UTD | " + " | ".join(f"period {p} env steps: return; soft div. (any / end)" for p in periods) + " |",
+    md = ["| UTD | " + " | ".join(f"period {p} env steps: return; AUC; soft div. (any / end)" for p in periods) + " |",
           "|---" * (len(periods) + 1) + "|"]  # fmt: skip
     family = Family("each target period minus 256 env steps, per UTD (final return)", MARGIN_CARTPOLE)
     for period in periods:
@@ -129,12 +124,24 @@ def finding_target_period(runs: pd.DataFrame, hist: pd.DataFrame) -> Finding:
                 cells.append("—")
                 continue
             n_any, n_end = soft_divergence_counts(g, hist)
-            cells.append(f"{_fmt(*bootstrap_ci(returns_of(g), reps=1000))}; {n_any}/{len(g)} / {n_end}/{len(g)}")
+            final, auc = bootstrap_ci(returns_of(g), reps=1000), bootstrap_ci(auc_of(g, hist), reps=1000)
+            cells.append(f"{_fmt(*final)}; {_fmt(*auc)}; {n_any}/{len(g)} / {n_end}/{len(g)}")
             if period != 256:
                 family.difference(f"UTD {utd:g}: period {period} minus 256", returns_of(g),
                                   returns_of(runs[(runs["utd"] == utd) & (runs["target_period"] == 256)]))  # fmt: skip
         md.append(f"| {utd:g} | " + " | ".join(cells) + " |")
     md += ["", family.markdown(), "", *_divergence_by_period(runs, hist, periods, utds)]
+    if same_config is not None and len(same_config):
+        rows, partners = [], []
+        for utd in utds:
+            here = runs[(runs["utd"] == utd) & (runs["target_period"] == 256)]
+            there = same_config_runs(same_config, here) if len(here) else here
+            if len(there):
+                rows.append((f"UTD {utd:g}, period 256 env steps", returns_of(here), returns_of(there)))
+                partners += list(there["study"]) if "study" in there else []
+        if rows:
+            studies = ", ".join(f"`{n}`" for n in dict.fromkeys(partners)) or "another study"
+            md += ["", *_noise_floor(rows, "the final return", studies)]
     for ax, ylabel in zip(axes, ["final greedy return (IQM, 95% CI)", "fraction of seeds that ended soft-diverged"]):
         ax.set_xscale("log", base=2)
         ax.set_xticks(utds, [f"{u:g}" for u in utds])
@@ -231,24 +238,6 @@ def finding_replay_prioritized(runs: pd.DataFrame, hist: pd.DataFrame, same_conf
                  "in env steps, 10 seeds)")  # fmt: skip
     fig.tight_layout()
     return Finding("\n".join(md), fig, "finding_replay_prioritized.png")
-
-
-# --- finding 5: sample efficiency --------------------------------------------------------------------------
-def finding_sample_efficiency(runs: pd.DataFrame, hist: pd.DataFrame, threshold: float = 475.0) -> str:
-    """Per cell of the CartPole replay-ratio study: the first evaluation step at which the IQM over
-    seeds of the greedy return reaches ``threshold``."""
-    runs = runs.assign(cell=runs.apply(lambda r: f"UTD {r['utd']:g}, {_mitigation(r)}", axis=1))
-    curves = _curves(hist, runs, M.EVAL_RETURN_MEAN, "cell")
-    if curves.empty:  # a study still running (or failed) has no evaluations to read yet
-        return "No evaluation recorded yet."
-    md = ["| cell | first env step with IQM >= 475 | best IQM (at env step) |", "|---|---|---|"]
-    for cell, c in curves.groupby("cell"):
-        c = c.sort_values(M.ENV_STEPS)
-        hit = c[c["iqm"] >= threshold]
-        best = c.loc[c["iqm"].idxmax()]
-        md.append(f"| {cell} | {int(hit[M.ENV_STEPS].iloc[0]) if len(hit) else 'not reached'} | "
-                  f"{best['iqm']:.0f} [{best['low']:.0f}, {best['high']:.0f}] (at {int(best[M.ENV_STEPS])}) |")  # fmt: skip
-    return "\n".join(md)
 
 
 # --- finding 3: parallel = serial ----------------------------------------------------------------------------
@@ -613,6 +602,12 @@ def data_findings(data: Path, names: list[str]) -> dict[str, Finding]:
             if name == "workers_prioritized" and (data / "workers-default.runs.csv.gz").exists():
                 out[name] = finding_workers_prioritized(runs, hist, read_study(data, "workers-default")[0])
                 continue
+            if name == "target_period":  # the period-256 cells' A/A partners: finding 4's plain env-step cells
+                partners = [read_study(data, s)[0] for s in ("replay_ratio-cartpole", "replay_ratio-cartpole-plain",
+                                                              "replay_ratio-cartpole-plain-utd16")
+                            if (data / f"{s}.runs.csv.gz").exists()]  # fmt: skip
+                out[name] = finding_target_period(runs, hist, pd.concat(partners, ignore_index=True) if partners else None)
+                continue
             function = {"writers": finding_writers, "workers": finding_workers, "parallel": finding_parallel,
                         "target_period": finding_target_period,
                         "workers_prioritized": finding_workers_prioritized,
@@ -643,6 +638,8 @@ def main(argv: list[str] | None = None) -> int:
     page_path = Path(args.page)
     page = page_path.read_text()
     findings = data_findings(Path(args.data), args.only or names)
+    # a block on the page whose data is gone is as wrong as a number typed by hand
+    orphans = [n for n in args.only or names if n not in findings and BEGIN.format(n) in page]
     stale = []
     for name, finding in findings.items():
         new = replace_block(page, name, finding.text)
@@ -653,10 +650,14 @@ def main(argv: list[str] | None = None) -> int:
             save(finding.figure, Path(args.out) / finding.filename)
         else:
             plt.close(finding.figure)
+    if orphans:
+        print(f"{args.page}: the blocks {orphans} have no data under {args.data} (left as they are); export "
+              "their studies with python analysis/export.py", file=sys.stderr)  # fmt: skip
     if args.check:
-        if stale:
-            print(f"docs/findings.md: the tables of {stale} differ from what {args.data} gives; run "
-                  f"python analysis/findings.py", file=sys.stderr)  # fmt: skip
+        if stale or orphans:
+            if stale:
+                print(f"docs/findings.md: the tables of {stale} differ from what {args.data} gives; run "
+                      f"python analysis/findings.py", file=sys.stderr)  # fmt: skip
             return 1
         print(f"docs/findings.md: the tables of {sorted(findings)} are what {args.data} gives")
         return 0

@@ -347,6 +347,10 @@ def test_findings_come_from_the_exported_data_and_the_check_catches_a_number_typ
     assert findings.main(args) == 0
     text = page.read_text()
     assert text.count("\nstale\n") == 1  # calibration: no data here, its block is left as it was
+    assert findings.main([*args, "--check"]) == 1  # ... and a block without its data fails the check
+    begin, end = findings.BEGIN.format("calibration"), findings.END.format("calibration")
+    text = text[: text.index(begin)] + text[text.index(end) + len(end) :]
+    page.write_text(text)
     for header in ("| UTD | target in | variant |", "| cell | writers |", "| workers | buffer |", "| collection |",
                    "| UTD | period 256 env steps", "| workers | replay |", "| UTD | replay | seeds |"):
         assert header in text, header
