@@ -58,15 +58,19 @@ def as_published(runs: pd.DataFrame, measure: str) -> np.ndarray:
 
 
 def verdict(ours: np.ndarray, pub: Published) -> str:
+    """The declared criterion (module docstring), saying which of its two tests passed: the published
+    mean inside our 95% CI of the mean (shown), or only the two mean +- std ranges overlapping, a weak
+    test where the publication's std comes from one or three seeds."""
     if pub.mean is None or not len(ours):
         return "—"
     mean, std = float(np.mean(ours)), float(np.std(ours))
     _, low, high = bootstrap_ci(ours, statistic=np.mean, reps=2000)
-    inside = low <= pub.mean <= high
-    overlap = mean - std <= pub.mean + (pub.std or 0.0) and pub.mean - (pub.std or 0.0) <= mean + std
-    if inside or overlap:
-        return "calibrated"
-    return f"not reproduced ({mean - pub.mean:+.0f})"
+    ci = f"our mean's CI [{low:.0f}, {high:.0f}]"
+    if low <= pub.mean <= high:
+        return f"calibrated (published mean inside {ci})"
+    if mean - std <= pub.mean + (pub.std or 0.0) and pub.mean - (pub.std or 0.0) <= mean + std:
+        return f"calibrated, ± std overlap only (published mean outside {ci})"
+    return f"not reproduced ({mean - pub.mean:+.0f}; {ci})"
 
 
 def finding_calibration(studies: dict[str, tuple[pd.DataFrame, pd.DataFrame]]) -> Finding:

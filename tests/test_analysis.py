@@ -395,3 +395,16 @@ def test_divergence_across_utd_holds_the_copy_rate_and_counts_each_cell_once():
     assert out.loc[16.0, "p_holm"] == pytest.approx(min(1.0, 2 * p16))
     assert out.loc[4.0, "p_holm"] == pytest.approx(max(min(1.0, 2 * p16), p4))
     assert out.loc[16.0, "verdict"] == "more" and out.loc[4.0, "verdict"] == "inconclusive"
+
+
+def test_calibration_verdict_says_which_test_of_the_criterion_passed():
+    """Calibrated by the published mean inside our CI of the mean, or only by the weaker std overlap (which
+    the page must not present as the stronger test), else not reproduced with the gap."""
+    from analysis.calibration import Published, verdict
+
+    pub = Published("x", "greedy", 500.0, 0.0, "test")
+    at_500 = np.array([480.0, 490, 500, 500, 500, 510, 495, 505, 500, 520])
+    assert verdict(at_500, pub).startswith("calibrated (published mean inside our mean's CI")
+    spread = np.array([500.0] * 5 + [98, 150, 195, 250, 300])  # half at 500: mean 349, std 157, CI below 500
+    assert verdict(spread, pub).startswith("calibrated, ± std overlap only")
+    assert verdict(np.array([9.0, 9.5, 10, 9.2]), pub).startswith("not reproduced (-491")
