@@ -4,9 +4,13 @@ curve, and a metric's final value per run."""
 
 from __future__ import annotations
 
+import math
+
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from analysis.cells import axes, cell_label
 from dqnlab import metrics as M
 from dqnlab.statistics import area_under_curve, bootstrap_ci, iqm
 
@@ -58,3 +62,36 @@ def soft_divergence_counts(runs: pd.DataFrame, hist: pd.DataFrame) -> tuple[int,
     n_any = sum(1 for r in runs["run_id"] if r in hard or ever.get(r, 0.0) >= 1.0)
     n_end = sum(1 for r in runs["run_id"] if r in hard or last.get(r, 0.0) >= 1.0)
     return n_any, n_end
+
+
+def every_seed(runs: pd.DataFrame, hist: pd.DataFrame, by: list[str] | None = None,
+               metric: str = M.EVAL_RETURN_MEAN, columns: int = 4) -> plt.Figure:  # fmt: skip
+    """A figure with one panel per cell (the columns ``by``; default: the swept axes,
+    :func:`analysis.cells.axes`): every seed's ``metric`` curve as a thin line, the IQM over the cell's
+    seeds in bold; the panels share their axes. Where a cell's IQM hides seeds that peak and fall, or
+    one seed that never learns, this shows it."""
+    names = axes(runs) if by is None else list(by)
+    groups = [(cell_label(g.iloc[0], names), g) for _, g in runs.groupby(names, dropna=False, sort=True)] if names \
+        else [("all runs", runs)]  # fmt: skip
+    rows = math.ceil(len(groups) / columns)
+    fig, grid = plt.subplots(rows, min(columns, len(groups)), figsize=(4.2 * min(columns, len(groups)), 2.8 * rows),
+                             sharex=True, sharey=True, squeeze=False)  # fmt: skip
+    sub = hist[hist["metric"] == metric]
+    for ax, (label, g) in zip(grid.flat, groups):
+        curves = sub[sub["run_id"].isin(g["run_id"])].sort_values(M.ENV_STEPS)
+        for _, c in curves.groupby("run_id"):
+            ax.plot(c[M.ENV_STEPS], c["value"], lw=0.7, alpha=0.6)
+        # the IQM per evaluation (the k-th of each seed, at their median env step): parallel runs evaluate at
+        # slightly different env steps, and an IQM over the seeds that share one exact step would be a single seed's
+        k = curves.groupby("run_id").cumcount()
+        band = curves.groupby(k).agg(x=(M.ENV_STEPS, "median"), y=("value", lambda v: iqm(v.to_numpy(dtype=float))))
+        ax.plot(band["x"], band["y"], color="black", lw=2, label="IQM")
+        ax.set_title(f"{label} ({g['run_id'].nunique()} seeds)", fontsize=8)
+    for ax in grid.flat[len(groups):]:
+        ax.set_visible(False)
+    for ax in grid[:, 0]:
+        ax.set_ylabel(metric)
+    for ax in grid[-1, :]:
+        ax.set_xlabel("env steps")
+    fig.tight_layout()
+    return fig

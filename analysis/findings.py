@@ -263,7 +263,7 @@ def finding_parallel(runs: pd.DataFrame, hist: pd.DataFrame) -> Finding:
     axes[0].legend(fontsize=8)
     utd = runs.assign(ratio=_final(runs, M.UTD_REALISED) / runs["utd"])
     sns.barplot(utd, x="variant", y="ratio", order=order, ax=axes[1], estimator=iqm, errorbar=("ci", 95), palette=palette,
-                hue="variant", legend=False)  # fmt: skip
+                hue="variant", legend=False, seed=0)  # fmt: skip
     axes[1].axhline(1.0, color="black", lw=1, ls="--")
     axes[1].set(xlabel="", ylabel="realised UTD / requested UTD", title="the replay ratio actually trained at")
     axes[1].tick_params(axis="x", rotation=30)
@@ -319,15 +319,15 @@ def finding_workers(runs: pd.DataFrame, hist: pd.DataFrame | None = None) -> Fin
     shares = pd.DataFrame(rows)
     fig, axes = plt.subplots(1, 2, figsize=(16, 4.6), gridspec_kw={"width_ratios": [3, 1.3]})
     shares["bar"] = shares["variant"] + "\n" + shares["worker"]
-    sns.barplot(shares, x="bar", y="share", hue="share of", ax=axes[0], estimator=iqm, errorbar=("ci", 95))
+    sns.barplot(shares, x="bar", y="share", hue="share of", ax=axes[0], estimator=iqm, errorbar=("ci", 95), seed=0)
     axes[0].set(xlabel="", ylabel="share (fraction, end of run)")
     axes[0].set_title("env steps produced / resident / sampled, and episodes finished, per worker", pad=28)
     sns.move_legend(axes[0], "lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(M.SHARE_KINDS), title=None,
                     frameon=False)  # fmt: skip
     axes[0].tick_params(axis="x", labelsize=8)
     md = ["| workers | buffer | worker 1 produced | worker 1 resident | worker 1 sampled | worker 1 episodes | "
-          "final return IQM [95% CI] | vs homogeneous: P(improvement) [95% CI] |",
-          "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+          "final return IQM [95% CI] | AUC IQM [95% CI] | vs homogeneous: P(improvement) [95% CI] |",
+          "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     f = _iqm_by(runs, "variant", order)
     returns_family = Family("each setup minus the homogeneous one with the same buffer (final return)", MARGIN_CARTPOLE)
     shares_family = Family("worker 1's sampled share minus its produced share, per setup", SHARE_MARGIN,
@@ -349,13 +349,19 @@ def finding_workers(runs: pd.DataFrame, hist: pd.DataFrame | None = None) -> Fin
             shares_family.add(f"{v}: sampled minus produced", point_gap, draws)
         buffer = f"{int(sub['buffer_capacity'].iloc[0]):,}" if "buffer_capacity" in sub else "—"
         md.append(f"| {v} | {buffer} | {share['produced']:.3f} | {share['resident']:.3f} | {share['sampled']:.3f} | "
-                  f"{share['episodes']:.3f} | {_fmt(*point)} | {vs} |")  # fmt: skip
+                  f"{share['episodes']:.3f} | {_fmt(*point)} | {_auc_cell(sub, hist)} | {vs} |")  # fmt: skip
     md += ["", returns_family.markdown(), "", shares_family.markdown(digits=3)]
     _learned_panel(axes[1], f, "variant")
     fig.suptitle("Are a slow worker's or a long-episode worker's transitions ignored? (CartPole-v1, UTD 1, 2 workers, "
                  "10 seeds per cell; shares: medians over seeds, 95% CI)")  # fmt: skip
     fig.tight_layout()
     return Finding("\n".join(md), fig, "finding_workers.png")
+
+
+def _auc_cell(runs: pd.DataFrame, hist: pd.DataFrame | None) -> str:
+    """The area under the greedy curve of a cell's runs, IQM [95% CI] ("—" without curves)."""
+    aucs = auc_of(runs, hist) if hist is not None else np.array([])
+    return _fmt(*bootstrap_ci(aucs, reps=1000)) if len(aucs) else "—"
 
 
 def same_config_runs(there: pd.DataFrame, cell: pd.DataFrame) -> pd.DataFrame:
@@ -477,9 +483,9 @@ def finding_writers(runs: pd.DataFrame, hist: pd.DataFrame | None = None) -> Fin
     order = [w for w in WRITERS_ORDER if w in set(runs["writers"])]
     fig, axes = plt.subplots(1, 3, figsize=(19, 4.6))
     width = 0.8 / len(order)
-    md = ["| cell | writers | seeds | final return IQM [95% CI] | diverged | lost-update fraction (median [min, max]) | "
-          "raced-write fraction (median) | stale-gradient age, updates (median) | updates = owed | "
-          "vs single: P(improvement) [95% CI] |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    md = ["| cell | writers | seeds | final return IQM [95% CI] | AUC IQM [95% CI] | diverged | lost-update fraction "
+          "(median [min, max]) | raced-write fraction (median) | stale-gradient age, updates (median) | updates = owed | "
+          "vs single: P(improvement) [95% CI] |", "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for j, w in enumerate(order):
         xs = np.arange(len(cells)) + (j - (len(order) - 1) / 2) * width
         f = _iqm_by(runs[runs["writers"] == w], "cell", cells)
@@ -516,7 +522,8 @@ def finding_writers(runs: pd.DataFrame, hist: pd.DataFrame | None = None) -> Fin
             exact = int((_final(g, M.UPDATES) == owed_updates(g)).sum())
             vs = ("—" if w == "single" or not len(x) or not len(base[c])
                   else _fmt(*probability_of_improvement([x], [base[c]], reps=1000), digits=2))  # fmt: skip
-            md.append(f"| {c} | {w} | {len(g)} | {_fmt(*point)} | {int(g['diverged'].sum())}/{len(g)} | "
+            md.append(f"| {c} | {w} | {len(g)} | {_fmt(*point)} | {_auc_cell(g, hist)} | "
+                      f"{int(g['diverged'].sum())}/{len(g)} | "
                       f"{np.median(lost):.3f} [{lost.min():.3f}, {lost.max():.3f}] | "
                       f"{np.median(_final(g, M.RACED_WRITE_FRAC)):.3f} | {_stale_age(g)} | {exact}/{len(g)} | "
                       f"{vs} |")  # fmt: skip

@@ -315,9 +315,10 @@ def test_finding_notebooks_draw_their_figure_and_print_their_numbers(finding_swe
     assert "|" in markdown and "[" in markdown, markdown[:500]  # the finding's table, with CIs
     tables = [o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {})]
     assert sum("iqm" in t and "n_seeds" in t for t in tables) == 2, "the per-cell table, and the user's selection"
-    # inline figures: the finding's and the overlay of single seeds; a real plot is far larger than an empty canvas
+    # inline figures: the finding's, every seed per cell, and the overlay of the picked seeds; a real plot is far
+    # larger than an empty canvas
     figures = [o["data"]["image/png"] for o in outputs if "image/png" in o.get("data", {})]
-    assert len(figures) == 2 and len(figures[0]) > 40_000, [len(f) for f in figures]
+    assert len(figures) == 3 and len(figures[0]) > 40_000 and len(figures[1]) > 20_000, [len(f) for f in figures]
 
 
 def test_findings_come_from_the_exported_data_and_the_check_catches_a_number_typed_by_hand(finding_sweeps, tmp_path):
@@ -363,7 +364,7 @@ def test_findings_come_from_the_exported_data_and_the_check_catches_a_number_typ
     assert findings.main([*args, "--check"]) == 1
     single = [line for line in text.splitlines() if "| single |" in line]
     assert single and all("0.000 [0.000, 0.000]" in line for line in single), single  # the single learner loses nothing
-    assert all(line.split("|")[9].strip() == line.split("|")[3].strip() + "/" + line.split("|")[3].strip()
+    assert all(line.split("|")[10].strip() == line.split("|")[3].strip() + "/" + line.split("|")[3].strip()
                for line in single), single  # every update applied: updates == owed in every seed
 
 
