@@ -131,17 +131,8 @@ def finding_target_period(runs: pd.DataFrame, hist: pd.DataFrame, same_config: p
                                   returns_of(runs[(runs["utd"] == utd) & (runs["target_period"] == 256)]))  # fmt: skip
         md.append(f"| {utd:g} | " + " | ".join(cells) + " |")
     md += ["", family.markdown(), "", *_divergence_by_period(runs, hist, periods, utds)]
-    if same_config is not None and len(same_config):
-        rows, partners = [], []
-        for utd in utds:
-            here = runs[(runs["utd"] == utd) & (runs["target_period"] == 256)]
-            there = same_config_runs(same_config, here) if len(here) else here
-            if len(there):
-                rows.append((f"UTD {utd:g}, period 256 env steps", returns_of(here), returns_of(there)))
-                partners += list(there["study"]) if "study" in there else []
-        if rows:
-            studies = ", ".join(f"`{n}`" for n in dict.fromkeys(partners)) or "another study"
-            md += ["", *_noise_floor(rows, "the final return", studies)]
+    md += _return_noise_floor(same_config, [(f"UTD {u:g}, period 256 env steps",
+                                             runs[(runs["utd"] == u) & (runs["target_period"] == 256)]) for u in utds])
     for ax, ylabel in zip(axes, ["final greedy return (IQM, 95% CI)", "fraction of seeds that ended soft-diverged"]):
         ax.set_xscale("log", base=2)
         ax.set_xticks(utds, [f"{u:g}" for u in utds])
@@ -210,17 +201,8 @@ def finding_replay_prioritized(runs: pd.DataFrame, hist: pd.DataFrame, same_conf
         for (utd, hits, n, base_hits, base_n, p_value), q in zip(fisher_rows, adjusted):
             verdict = ("more" if hits / n > base_hits / base_n else "fewer") if q < 0.05 else "inconclusive"
             md.append(f"| {utd:g} | {hits}/{n} | {base_hits}/{base_n} | {p_value:.2g} | {q:.2g} | {verdict} |")
-    if same_config is not None and len(same_config):
-        rows = []
-        for utd in utds:
-            here = runs[(runs["utd"] == utd) & (runs["replay"] == "uniform")]
-            there = same_config_runs(same_config, here) if len(here) else here
-            if len(there):
-                rows.append((f"UTD {utd:g}, uniform", returns_of(here), returns_of(there)))
-        if rows:
-            studies = ", ".join(f"`{n}`" for n in dict.fromkeys(same_config["study"])) if "study" in same_config \
-                else "another study"  # fmt: skip
-            md += ["", *_noise_floor(rows, "the final return", studies)]
+    md += _return_noise_floor(same_config, [(f"UTD {u:g}, uniform", runs[(runs["utd"] == u) & (runs["replay"] == "uniform")])
+                                            for u in utds])  # fmt: skip
     for ax, ylabel in zip(axes, ["final greedy return (IQM, 95% CI)", "fraction of seeds that ended soft-diverged",
                                  "max |Q| on current data at the end (median)"]):  # fmt: skip
         ax.set_xscale("log", base=2)
@@ -371,6 +353,22 @@ def same_config_runs(there: pd.DataFrame, cell: pd.DataFrame) -> pd.DataFrame:
     key = [str(v) for v in cell.iloc[0][fields]]
     same = there[there[fields].apply(lambda col: col.map(str)).apply(list, axis=1).map(lambda v: v == key)]
     return same if sorted(same["seed"]) == sorted(cell["seed"]) else same.iloc[:0]
+
+
+def _return_noise_floor(same_config: pd.DataFrame | None, cells: list[tuple[str, pd.DataFrame]]) -> list[str]:
+    """The A/A rows of the final return for each ``(label, cell runs)`` whose configuration and seeds
+    ``same_config`` (another study's runs) also holds, naming the studies that supplied them; [] if none."""
+    rows, partners = [], []
+    for label, here in cells:
+        there = same_config_runs(same_config, here) if same_config is not None and len(same_config) and len(here) \
+            else here.iloc[:0]  # fmt: skip
+        if len(there):
+            rows.append((label, returns_of(here), returns_of(there)))
+            partners += list(there["study"]) if "study" in there else []
+    if not rows:
+        return []
+    return ["", *_noise_floor(rows, "the final return", ", ".join(f"`{n}`" for n in dict.fromkeys(partners))
+                              or "another study")]  # fmt: skip
 
 
 def _noise_floor(rows: list[tuple[str, np.ndarray, np.ndarray]], what: str, other: str, digits: int = 0) -> list[str]:

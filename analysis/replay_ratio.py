@@ -92,6 +92,17 @@ def contrasts(runs: pd.DataFrame, margin: float) -> Family:
     return family
 
 
+def _holm_verdicts(out: pd.DataFrame) -> pd.DataFrame:
+    """A family of Fisher contrasts (``p``, ``sign`` of the first rate minus the second) with its Holm
+    adjustment and verdict: ``more``/``fewer`` where the adjusted p < 0.05, else ``inconclusive``."""
+    if out.empty:
+        return out
+    out["p_holm"] = holm(out["p"].to_numpy())
+    out["verdict"] = [("more" if s > 0 else "fewer") if q < 0.05 else "inconclusive"
+                      for s, q in zip(out["sign"], out["p_holm"])]  # fmt: skip
+    return out
+
+
 def divergence_contrasts(runs: pd.DataFrame, hist: pd.DataFrame) -> pd.DataFrame:
     """The soft-divergence family (module docstring): per variant and UTD other than 1, seeds soft-diverged
     at any check with the target in env steps and in updates, Fisher's p and its Holm adjustment, and the
@@ -110,13 +121,7 @@ def divergence_contrasts(runs: pd.DataFrame, hist: pd.DataFrame) -> pd.DataFrame
             rows.append({"utd": u, "variant": v, "env_steps": f"{env_hits}/{n_env}", "updates": f"{upd_hits}/{n_upd}",
                          "p": fisher_exact(env_hits, n_env, upd_hits, n_upd),
                          "sign": np.sign(env_hits / n_env - upd_hits / n_upd)})  # fmt: skip
-    out = pd.DataFrame(rows)
-    if out.empty:
-        return out
-    out["p_holm"] = holm(out["p"].to_numpy())
-    out["verdict"] = [("fewer" if s < 0 else "more") if q < 0.05 else "inconclusive"
-                      for s, q in zip(out["sign"], out["p_holm"])]  # fmt: skip
-    return out
+    return _holm_verdicts(pd.DataFrame(rows))
 
 
 def utd_divergence_contrasts(runs: pd.DataFrame, hist: pd.DataFrame) -> pd.DataFrame:
@@ -139,13 +144,7 @@ def utd_divergence_contrasts(runs: pd.DataFrame, hist: pd.DataFrame) -> pd.DataF
             rows.append({"utd": u, "variant": v, "at_utd": f"{hits}/{len(cell)}", "at_1": f"{base_hits}/{len(base)}",
                          "p": fisher_exact(hits, len(cell), base_hits, len(base)),
                          "sign": np.sign(hits / len(cell) - base_hits / len(base))})  # fmt: skip
-    out = pd.DataFrame(rows)
-    if out.empty:
-        return out
-    out["p_holm"] = holm(out["p"].to_numpy())
-    out["verdict"] = [("more" if s > 0 else "fewer") if q < 0.05 else "inconclusive"
-                      for s, q in zip(out["sign"], out["p_holm"])]  # fmt: skip
-    return out
+    return _holm_verdicts(pd.DataFrame(rows))
 
 
 def noise_floor(runs: pd.DataFrame) -> pd.DataFrame:
