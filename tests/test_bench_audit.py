@@ -2,6 +2,7 @@
 
 import tempfile
 
+import numpy as np
 import pytest
 
 from dqnlab.bench import audit as bench
@@ -29,3 +30,42 @@ def test_the_null_audit_records_no_transition_but_the_real_one_does(tmp_path, mo
     for cls in (bench.Audit, bench.NullAudit):
         assert bench.loop(300, True, audit_class=keep(cls)) > 0
     assert seen == {"Audit": 300, "NullAudit": 0}
+
+
+def test_the_interleaved_loop_audits_only_its_audited_chunks(tmp_path, monkeypatch):
+    """Chunks alternate A B B A: of 8 chunks of 50 env steps, 4 call the audit (200 transitions recorded)
+    and the loop's state carries across chunks (400 env steps in all, one env)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    seen = {}
+
+    class Kept(bench.Audit):
+        def close(self):
+            super().close()
+            seen["produced"] = sum(self._seq)
+
+    monkeypatch.setattr(bench, "Audit", Kept)
+    steps = []
+    run = bench.UserLoop.run
+
+    def counting(self, n, audit):
+        steps.append((n, audit is not None))
+        run(self, n, audit)
+
+    monkeypatch.setattr(bench.UserLoop, "run", counting)
+    overhead = bench.interleaved(400, chunk=50)
+    assert overhead > -1
+    assert steps[0] == (50, False), "the warm-up chunk runs without the audit"
+    assert [a for _, a in steps[1:]] == [False, True, True, False] * 2
+    assert seen == {"produced": 200}
+    assert list(tmp_path.iterdir()) == [], "the benchmark left its audit folder behind"
+
+
+def test_a_resumed_loop_is_the_loop_run_at_once():
+    """Two calls of 150 env steps leave the loop where one call of 300 does (buffer, weights, counters)."""
+    whole, split = bench.UserLoop(seed=3), bench.UserLoop(seed=3)
+    whole.run(300, None)
+    split.run(150, None)
+    split.run(150, None)
+    assert (whole.step, whole.pos, whole.size, whole.updates) == (split.step, split.pos, split.size, split.updates)
+    np.testing.assert_array_equal(whole.obs_buf, split.obs_buf)
+    np.testing.assert_array_equal(whole.w[2], split.w[2])

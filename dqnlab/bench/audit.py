@@ -47,46 +47,88 @@ class NullAudit(Audit):
         pass
 
 
+class UserLoop:
+    """The user's loop, resumable: :meth:`run` advances it ``steps`` env steps, with the audit's calls
+    when given an audit. One instance keeps its env, buffer and network across calls, so chunks run
+    with and without the audit can alternate on the same loop (:func:`interleaved`)."""
+
+    capacity = 20_000
+
+    def __init__(self, seed: int = 0):
+        self.rng = rng = np.random.default_rng(seed)
+        self.w = [rng.standard_normal(s).astype(np.float32) * 0.1 for s in ((4, 64), (64, 64), (64, 2))]
+        self.obs_buf = np.zeros((self.capacity, 4), np.float32)
+        self.act_buf = np.zeros(self.capacity, np.int64)
+        self.rew_buf = np.zeros(self.capacity, np.float32)
+        self.tag_buf = np.zeros(self.capacity, np.int64)
+        self.env = gym.make("CartPole-v1")
+        self.obs, _ = self.env.reset(seed=seed)
+        self.size = self.pos = self.updates = self.step = 0
+
+    def run(self, steps: int, audit: Audit | None) -> None:
+        """``steps`` env steps; every 4th (UTD 0.25) a batch of 128 and one update."""
+        rng, env, (w1, w2, w3), capacity = self.rng, self.env, self.w, self.capacity
+        obs_buf, act_buf, rew_buf, tag_buf = self.obs_buf, self.act_buf, self.rew_buf, self.tag_buf
+        obs, size, pos, updates, first = self.obs, self.size, self.pos, self.updates, self.step
+        audited = audit is not None
+        for step in range(first, first + steps):
+            h = np.maximum(np.maximum(obs @ w1, 0) @ w2, 0)
+            action = int((h @ w3).argmax()) if rng.random() > 0.1 else int(rng.integers(2))
+            next_obs, reward, terminated, truncated, _ = env.step(action)
+            obs_buf[pos], act_buf[pos], rew_buf[pos] = obs, action, reward
+            if audited:
+                tag_buf[pos] = audit.produced(0, updates, terminated or truncated)
+            pos, size = (pos + 1) % capacity, min(size + 1, capacity)
+            obs = env.reset()[0] if terminated or truncated else next_obs
+            if step % 4 == 3 and size >= 128:
+                idx = rng.integers(0, size, 128)
+                if audited:
+                    audit.sampled(tag_buf[idx], updates)
+                hb = np.maximum(np.maximum(obs_buf[idx] @ w1, 0) @ w2, 0)
+                w3 -= 1e-4 * hb.T @ (hb @ w3 - rew_buf[idx, None])
+                updates += 1
+                if audited:
+                    audit.updated(0)
+        self.obs, self.size, self.pos, self.updates, self.step = obs, size, pos, updates, first + steps
+
+
 def loop(steps: int, audited: bool, seed: int = 0, sampled_fraction: float = 1.0,
          audit_class: type[Audit] = Audit, flush_every_s: float = 1.0) -> float:  # fmt: skip
-    """Env steps/s of the loop (with the audit's calls when ``audited``)."""
-    rng = np.random.default_rng(seed)
-    w1, w2, w3 = (rng.standard_normal(s).astype(np.float32) * 0.1 for s in ((4, 64), (64, 64), (64, 2)))
-    capacity = 20_000
-    obs_buf = np.zeros((capacity, 4), np.float32)
-    act_buf = np.zeros(capacity, np.int64)
-    rew_buf = np.zeros(capacity, np.float32)
-    tag_buf = np.zeros(capacity, np.int64)
+    """Env steps/s of the loop (with the audit's calls when ``audited``), its setup not timed."""
     folder = tempfile.mkdtemp(prefix="audit-bench-")  # removed at the end
     audit = audit_class(folder, sampled_fraction=sampled_fraction, flush_every_s=flush_every_s) if audited else None
-    env = gym.make("CartPole-v1")
-    obs, _ = env.reset(seed=seed)
-    size = pos = updates = 0
+    user = UserLoop(seed)
     start = time.perf_counter()
-    for step in range(steps):
-        h = np.maximum(np.maximum(obs @ w1, 0) @ w2, 0)
-        action = int((h @ w3).argmax()) if rng.random() > 0.1 else int(rng.integers(2))
-        next_obs, reward, terminated, truncated, _ = env.step(action)
-        obs_buf[pos], act_buf[pos], rew_buf[pos] = obs, action, reward
-        if audited:
-            tag_buf[pos] = audit.produced(0, updates, terminated or truncated)
-        pos, size = (pos + 1) % capacity, min(size + 1, capacity)
-        obs = env.reset()[0] if terminated or truncated else next_obs
-        if step % 4 == 3 and size >= 128:
-            idx = rng.integers(0, size, 128)
-            if audited:
-                audit.sampled(tag_buf[idx], updates)
-            hb = np.maximum(np.maximum(obs_buf[idx] @ w1, 0) @ w2, 0)
-            w3 -= 1e-4 * hb.T @ (hb @ w3 - rew_buf[idx, None])
-            updates += 1
-            if audited:
-                audit.updated(0)
-    if audited:
-        audit.resident(tag_buf[:size])
+    user.run(steps, audit)
+    if audit is not None:
+        audit.resident(user.tag_buf[: user.size])
         audit.close()
     elapsed = time.perf_counter() - start
+    user.env.close()
     shutil.rmtree(folder, ignore_errors=True)
     return steps / elapsed
+
+
+def interleaved(steps: int, chunk: int = 1000, seed: int = 0) -> float:
+    """The audit's overhead measured inside one loop: chunks of ``chunk`` env steps alternate between the
+    loop with the audit's calls and without (order A B B A, repeated), on the same env, buffer, network and
+    audit; the audited chunks' total time over the plain chunks', minus 1. Separate loops (:func:`loop`)
+    differ in more than the calls (a fresh env, heap and audit each, a machine that drifts between
+    them); adjacent chunks of one loop differ in the calls alone, and the time of day hits both alike."""
+    folder = tempfile.mkdtemp(prefix="audit-bench-")  # removed at the end
+    audit = Audit(folder)
+    user = UserLoop(seed)
+    user.run(chunk, None)  # warm-up, not timed
+    total = {True: 0.0, False: 0.0}
+    for k in range(max(4, steps // chunk // 4 * 4)):
+        audited = k % 4 in (1, 2)
+        start = time.perf_counter()
+        user.run(chunk, audit if audited else None)
+        total[audited] += time.perf_counter() - start
+    audit.close()
+    user.env.close()
+    shutil.rmtree(folder, ignore_errors=True)
+    return total[True] / total[False] - 1
 
 
 def call_costs(calls: int = 100_000) -> dict[str, float]:
@@ -115,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m dqnlab.bench.audit", description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=40_000)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--chunk", type=int, default=1000, help="env steps per chunk of the interleaved loop")
     p.add_argument("--one", choices=["plain", "audit", "null"], help="run one loop and exit (for valgrind)")
     args = p.parse_args(argv)
     if args.one:
@@ -139,6 +182,10 @@ def main(argv: list[str] | None = None) -> int:
             over_cpu = 100 * statistics.median([p / a - 1 for p, a in zip(cpu[plain], cpu[name])])
             line += f"   {over:.1f}%, {over_cpu:.1f}%"
         print(line)
+    inside = [100 * interleaved(args.steps, args.chunk, seed=r) for r in range(args.repeats)]
+    print(f"one loop, the audit's calls on in alternate chunks of {args.chunk} env steps (A B B A): "
+          f"{statistics.median(inside):.1f}% wall (median of {args.repeats} loops; each: "
+          f"{', '.join(f'{x:.1f}' for x in inside)})")
     print("overhead target: < 5% of the loop's wall time")
     costs = call_costs()
     per_step = costs["produced"] + (costs["sampled (batch 128)"] + costs["updated"]) / 4
