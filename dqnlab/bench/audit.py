@@ -54,9 +54,10 @@ class UserLoop:
 
     capacity = 20_000
 
-    def __init__(self, seed: int = 0):
+    def __init__(self, seed: int = 0, hidden: int = 64):
         self.rng = rng = np.random.default_rng(seed)
-        self.w = [rng.standard_normal(s).astype(np.float32) * 0.1 for s in ((4, 64), (64, 64), (64, 2))]
+        shapes = ((4, hidden), (hidden, hidden), (hidden, 2))
+        self.w = [rng.standard_normal(s).astype(np.float32) * 0.1 for s in shapes]
         self.obs_buf = np.zeros((self.capacity, 4), np.float32)
         self.act_buf = np.zeros(self.capacity, np.int64)
         self.rew_buf = np.zeros(self.capacity, np.float32)
@@ -93,11 +94,11 @@ class UserLoop:
 
 
 def loop(steps: int, audited: bool, seed: int = 0, sampled_fraction: float = 1.0,
-         audit_class: type[Audit] = Audit, flush_every_s: float = 1.0) -> float:  # fmt: skip
+         audit_class: type[Audit] = Audit, flush_every_s: float = 1.0, hidden: int = 64) -> float:  # fmt: skip
     """Env steps/s of the loop (with the audit's calls when ``audited``), its setup not timed."""
     folder = tempfile.mkdtemp(prefix="audit-bench-")  # removed at the end
     audit = audit_class(folder, sampled_fraction=sampled_fraction, flush_every_s=flush_every_s) if audited else None
-    user = UserLoop(seed)
+    user = UserLoop(seed, hidden)
     start = time.perf_counter()
     user.run(steps, audit)
     if audit is not None:
@@ -109,7 +110,7 @@ def loop(steps: int, audited: bool, seed: int = 0, sampled_fraction: float = 1.0
     return steps / elapsed
 
 
-def interleaved(steps: int, chunk: int = 1000, seed: int = 0) -> float:
+def interleaved(steps: int, chunk: int = 1000, seed: int = 0, hidden: int = 64) -> float:
     """The audit's overhead measured inside one loop: chunks of ``chunk`` env steps alternate between the
     loop with the audit's calls and without (order A B B A, repeated), on the same env, buffer, network and
     audit; the audited chunks' total time over the plain chunks', minus 1. Separate loops (:func:`loop`)
@@ -117,7 +118,7 @@ def interleaved(steps: int, chunk: int = 1000, seed: int = 0) -> float:
     them); adjacent chunks of one loop differ in the calls alone, and the time of day hits both alike."""
     folder = tempfile.mkdtemp(prefix="audit-bench-")  # removed at the end
     audit = Audit(folder)
-    user = UserLoop(seed)
+    user = UserLoop(seed, hidden)
     user.run(chunk, None)  # warm-up, not timed
     total = {True: 0.0, False: 0.0}
     for k in range(max(4, steps // chunk // 4 * 4)):
@@ -157,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m dqnlab.bench.audit", description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=40_000)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--hidden", type=int, default=64, help="width of the user's two hidden layers (a slower loop)")
     p.add_argument("--chunk", type=int, default=1000, help="env steps per chunk of the interleaved loop")
     p.add_argument("--one", choices=["plain", "audit", "null"], help="run one loop and exit (for valgrind)")
     args = p.parse_args(argv)
@@ -171,8 +173,10 @@ def main(argv: list[str] | None = None) -> int:
         for name in names[r % 3 :] + names[: r % 3]:  # a rotating order: none always runs first
             c = time.process_time()
             fraction = variants[name]
-            wall[name].append(loop(args.steps, fraction is not None, seed=r, sampled_fraction=fraction or 1.0))
+            wall[name].append(loop(args.steps, fraction is not None, seed=r, sampled_fraction=fraction or 1.0,
+                                   hidden=args.hidden))  # fmt: skip
             cpu[name].append(args.steps / (time.process_time() - c))
+    print(f"user loop: {args.hidden}-{args.hidden} Q-network, {args.steps} env steps a loop")
     print(f"{'loop':<34} {'wall':>10} {'cpu':>10}  unit (medians of {args.repeats})   overhead: wall, cpu (pair medians)")
     plain = names[0]
     for name in names:
@@ -182,16 +186,17 @@ def main(argv: list[str] | None = None) -> int:
             over_cpu = 100 * statistics.median([p / a - 1 for p, a in zip(cpu[plain], cpu[name])])
             line += f"   {over:.1f}%, {over_cpu:.1f}%"
         print(line)
-    inside = [100 * interleaved(args.steps, args.chunk, seed=r) for r in range(args.repeats)]
+    inside = [100 * interleaved(args.steps, args.chunk, seed=r, hidden=args.hidden) for r in range(args.repeats)]
+    plain_us = 1e6 / statistics.median(wall[plain])
     print(f"one loop, the audit's calls on in alternate chunks of {args.chunk} env steps (A B B A): "
           f"{statistics.median(inside):.1f}% wall (median of {args.repeats} loops; each: "
-          f"{', '.join(f'{x:.1f}' for x in inside)})")
+          f"{', '.join(f'{x:.1f}' for x in inside)}): {statistics.median(inside) * plain_us / 100:.2f} us an env "
+          f"step of the plain loop's {plain_us:.1f} us")
     print("overhead target: < 5% of the loop's wall time")
     costs = call_costs()
     per_step = costs["produced"] + (costs["sampled (batch 128)"] + costs["updated"]) / 4
     for name, us in costs.items():
         print(f"  {name:<32} {us:>8.2f} us a call")
-    plain_us = 1e6 / statistics.median(wall[plain])
     print(f"  per env step at UTD 0.25: {per_step:.2f} us, {100 * per_step / plain_us:.1f}% of the plain loop's "
           f"{plain_us:.0f} us (what the calls alone add)")
     return 0
