@@ -8,7 +8,7 @@ import pytest
 from dqnlab.bench import audit as bench
 
 
-@pytest.mark.parametrize("variant", ["plain", "audit", "null"])
+@pytest.mark.parametrize("variant", ["plain", "audit", "null", "produced", "sampled", "updated"])
 def test_one_loop_of_each_variant_runs_and_leaves_no_folder(tmp_path, monkeypatch, variant):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     assert bench.main(["--one", variant, "--steps", "300"]) == 0
@@ -69,3 +69,23 @@ def test_a_resumed_loop_is_the_loop_run_at_once():
     assert (whole.step, whole.pos, whole.size, whole.updates) == (split.step, split.pos, split.size, split.updates)
     np.testing.assert_array_equal(whole.obs_buf, split.obs_buf)
     np.testing.assert_array_equal(whole.w[2], split.w[2])
+
+
+def test_an_only_audit_records_exactly_its_one_call(tmp_path, monkeypatch):
+    """``only("sampled")`` counts the sampled batches and nothing else; ``only("produced")`` the transitions."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    seen = {}
+    for call in bench.CALLS:
+
+        class Kept(bench.only(call)):
+            name = call
+
+            def close(self):
+                self.flush()
+                seen[self.name] = (sum(self._seq), int(self._sampled.sum()), sum(self._updates.values()))
+                super().close()
+
+        bench.loop(400, True, audit_class=Kept)
+    updates = seen["updated"][2]
+    assert updates > 0
+    assert seen == {"produced": (400, 0, 0), "sampled": (0, 128 * updates, 0), "updated": (0, 0, updates)}

@@ -11,11 +11,14 @@ with the audit's calls added (``produced`` per step, ``sampled`` and ``updated``
 ``--repeats`` in wall and CPU time, then each call's cost timed alone: what the calls add per env
 step, beside what the loops measured. Target: overhead < 5% of the loop's wall time.
 
-Timings on a shared 2-core machine move by a few percent between sittings, the size of the effect.
+Timings on a shared 2-core machine move by a few percent between sittings, the size of the effect; the
+interleaved loop (chunks with and without the audit's calls, A B B A, in one loop) is the steadier
+reading. ``--hidden 256`` gives a slower loop (RL Zoo's CartPole network width).
 ``--one VARIANT`` runs one loop and exits, for an instruction count that does not move: run it under
 ``valgrind --tool=cachegrind`` (with ``OPENBLAS_NUM_THREADS=1``: idle BLAS threads spin) at two
 ``--steps`` and divide the difference by the extra steps, for ``plain``, ``audit`` and ``null`` (the
-same calls into an audit that does nothing: what the calls and the tag plumbing cost by themselves).
+same calls into an audit that does nothing: what the calls and the tag plumbing cost by themselves),
+and ``produced``, ``sampled``, ``updated`` (that call real, the others the null audit's).
 Under valgrind a loop runs ~50x slower, so the audit's once-a-second flush fires ~50x more often per
 step than natively: ``--one`` sets ``flush_every_s`` to 10^9 (the log points' flushes remain).
 """
@@ -45,6 +48,15 @@ class NullAudit(Audit):
 
     def updated(self, writer: int = 0, td_loss: float | None = None) -> None:
         pass
+
+
+CALLS = ("produced", "sampled", "updated")
+
+
+def only(call: str) -> type[Audit]:
+    """An audit whose ``call`` is real and whose other calls do nothing (the null audit's): what one call's
+    own work costs inside the loop, beside :class:`NullAudit`."""
+    return type(f"Only_{call}", (Audit,), {c: getattr(NullAudit, c) for c in CALLS if c != call})
 
 
 class UserLoop:
@@ -160,10 +172,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--hidden", type=int, default=64, help="width of the user's two hidden layers (a slower loop)")
     p.add_argument("--chunk", type=int, default=1000, help="env steps per chunk of the interleaved loop")
-    p.add_argument("--one", choices=["plain", "audit", "null"], help="run one loop and exit (for valgrind)")
+    p.add_argument("--one", choices=["plain", "audit", "null", *CALLS],
+                   help="run one loop and exit (for valgrind); produced, sampled, updated: only that call real")
     args = p.parse_args(argv)
     if args.one:
-        loop(args.steps, args.one != "plain", audit_class=NullAudit if args.one == "null" else Audit, flush_every_s=1e9)
+        audit_class = {"null": NullAudit, **{c: only(c) for c in CALLS}}.get(args.one, Audit)
+        loop(args.steps, args.one != "plain", audit_class=audit_class, flush_every_s=1e9, hidden=args.hidden)
         return 0
     variants = {"user loop": None, "user loop + dqnlab.audit": 1.0, "  ... sampled_fraction=0.25": 0.25}
     wall: dict[str, list[float]] = {name: [] for name in variants}
