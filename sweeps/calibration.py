@@ -5,6 +5,7 @@
     python sweeps/calibration.py --preset rlzoo           # RL Baselines3 Zoo hyperparams/dqn.yml, ported literally
     python sweeps/calibration.py --preset rlzoo_bursts    # the same with SB3's effective target period
     python sweeps/calibration.py --preset rlzoo_bursts_64 # ... and a 64-64 network
+    python sweeps/calibration.py --preset rlzoo_acrobot   # RL Zoo's DQN on Acrobot-v1 (finding 4's Acrobot base)
     python sweeps/calibration.py --preset smoke
 
 A study departs from a calibrated baseline, never from an unchecked one. Each preset copies the
@@ -53,6 +54,14 @@ RLZOO = dict(env_id="CartPole-v1", num_workers=1, envs_per_worker=1, hidden_size
              epsilon_start=1.0, epsilon_end=0.04, epsilon_decay_steps=8000, total_env_steps=50_000,
              eval_every_steps=5000, eval_episodes=10, log_every=1000, replicas=10)  # fmt: skip
 
+# RL Zoo hyperparams/dqn.yml Acrobot-v1 (benchmark.md: -76.639 +- 11.752 over 1,932 greedy episodes of one
+# seed's final model): train_freq 4 with gradient_steps -1 is 4 updates every 4 env steps (UTD 1); SB3 copies its
+# target every 250 env steps of collection, i.e. every 250 updates here too (a burst is only 4 updates long);
+# learning starts at 256 env steps (RL Zoo: 0; dqnlab draws its probe batch of 256 first)
+RLZOO_ACROBOT = dict(RLZOO, env_id="Acrobot-v1", lr=6.3e-4, batch_size=128, buffer_capacity=50_000, learning_starts=256,
+                     utd=1.0, target_period=250, epsilon_end=0.1, epsilon_decay_steps=12_000, total_env_steps=100_000,
+                     eval_every_steps=10_000)  # fmt: skip
+
 PRESETS = {
     "cleanrl": {"base": CLEANRL, "grid": {"loss": ["mse"]}, "jobs": 1},
     "cleanrl_huber": {"base": CLEANRL, "grid": {"loss": ["huber"]}, "jobs": 1},
@@ -62,6 +71,8 @@ PRESETS = {
     # one departure, measured: the same with a 64-64 network (the studies' width, ~4x cheaper an update)
     "rlzoo_bursts_64": {"base": dict(RLZOO, target_period=256, hidden_sizes=(64, 64)), "grid": {"loss": ["huber"]},
                         "jobs": 1},  # fmt: skip
+    # the same port on Acrobot-v1: the base finding 4's Acrobot grid departs from (64-64, 20k env steps there)
+    "rlzoo_acrobot": {"base": RLZOO_ACROBOT, "grid": {"loss": ["huber"]}, "jobs": 1},
     "smoke": {
         "base": dict(CLEANRL, total_env_steps=2000, learning_starts=500, epsilon_decay_steps=1000, eval_every_steps=1000,
                      eval_episodes=2, log_every=20, replicas=2, buffer_capacity=2000, probe_size=64),  # fmt: skip
