@@ -543,7 +543,8 @@ VARIANT_NAMES = ("plain", "layernorm", "head_reset")
 """Finding 4's variants, as the sweep's ``--axis variant=`` names them."""
 DATA_FINDINGS = {
     "calibration": ("0. Calibration", ["calibration-cleanrl", "calibration-cleanrl_huber", "calibration-rlzoo",
-                                       "calibration-rlzoo_bursts", "calibration-rlzoo_bursts_64"]),
+                                       "calibration-rlzoo_bursts", "calibration-rlzoo_bursts_64",
+                                       "calibration-rlzoo_acrobot"]),
     "writers": ("1. Writers", ["writers-single", "writers-naive-utd1", "writers-naive-utd4"]),
     "workers": ("2. Workers", ["workers-default"]),
     "workers_prioritized": ("2b. Workers, prioritized replay", ["workers-prioritized"]),
