@@ -87,13 +87,35 @@ def make_storage(url: str, heartbeat_s: int, grace_s: int):
     import optuna
 
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    return optuna.storages.RDBStorage(
+    storage = optuna.storages.RDBStorage(
         url,
         heartbeat_interval=heartbeat_s,
         grace_period=grace_s,
         heartbeat_stale_trial_callback=retry_callback(),
         engine_kwargs=engine_kwargs(url),
     )
+    if url.startswith("sqlite"):
+        _begin_immediate(storage.engine)
+    return storage
+
+
+def _begin_immediate(engine) -> None:
+    """Every transaction on ``engine`` (SQLite) takes the write lock when it begins, not at its first write.
+    Optuna pops a WAITING trial by reading its state, then writing RUNNING; its row lock (``FOR UPDATE``)
+    is a no-op on SQLite, so two processes popping at once both read WAITING and both ran the trial (the
+    second then died telling a COMPLETE trial). Begun IMMEDIATE, the second reads after the first commits.
+    (SQLAlchemy's pysqlite recipe: the driver's own implicit BEGIN off, ours emitted.)"""
+    from sqlalchemy import event
+
+    @event.listens_for(engine, "connect")
+    def _driver_begins_nothing(dbapi_connection, _record) -> None:
+        dbapi_connection.isolation_level = None
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    engine.dispose()  # connections opened before the listeners: closed, so every later one has them
 
 
 def engine_kwargs(url: str) -> dict[str, Any] | None:
