@@ -27,9 +27,7 @@ def test_naive_copies_the_audit_counts_exactly_the_overwritten_updates_of_the_ex
     applied, kept, lost = map(int, re.search(r"ledger: (\d+) updates applied, (\d+) held by the final parameters: "
                                              r"(\d+) lost", out).groups())  # fmt: skip
     assert int(re.search(r"audit:\s+(\d+) lost", out).group(1)) == lost == applied - kept
-    # about 1 - 1/3 with 3 copies written back in turn; how the OS interleaves the 3 processes moves it (0.49
-    # seen on a fast 2-vCPU machine): the exact count above is the claim, this only says the example loses many
-    assert 0.3 < lost / applied < 0.8, out
+    assert 0.5 < lost / applied < 0.8, out  # about 1 - 1/3 with 3 copies written back in turn
 
 
 def test_one_learner_loses_no_update_and_holds_the_replay_ratio(tmp_path):
