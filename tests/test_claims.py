@@ -135,3 +135,24 @@ def test_the_queue_holds_the_costliest_grid_points_first(tmp_path):
     order = [json.loads(t.user_attrs["grid_point"]) for t in waiting]
     assert [(p["utd"], p["layer_norm"]) for p in order] == [
         (4.0, True), (4.0, False), (1.0, True), (1.0, False), (0.25, True), (0.25, False)]
+
+
+def test_a_sqlite_study_transaction_holds_the_write_lock_from_its_first_read(tmp_path):
+    """Optuna pops a WAITING trial by reading it, then writing RUNNING; on SQLite its row lock is a no-op, so
+    two processes could both read WAITING. The study's storage begins every transaction IMMEDIATE: while one
+    transaction has only read, another writer is refused (without it a read takes no write lock)."""
+    import sqlite3
+
+    from sqlalchemy import text
+
+    from dqnlab.study.storage import make_storage
+
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    storage = make_storage(url, heartbeat_s=60, grace_s=120)
+    with storage.engine.connect() as conn, conn.begin():
+        conn.execute(text("SELECT count(*) FROM trials")).scalar()
+        other = sqlite3.connect(tmp_path / "optuna.db", timeout=0.1)
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            other.execute("BEGIN IMMEDIATE")
+        other.close()
+    storage.engine.dispose()
