@@ -109,15 +109,6 @@ class TrialFailed(RuntimeError):
     trial is FAIL with the reason and the sweep goes on (the next invocation reruns the point)."""
 
 
-JOB_STAGGER_S = 0.3
-"""Seconds between the first trial pops of a sweep's ``--jobs`` processes (job j waits j x this, at most 3 s).
-On SQLite, Optuna pops a WAITING trial by reading its state and then writing RUNNING without a row lock,
-so two processes popping in the same instant could both take one trial: both ran it, and the second to
-finish died on telling a COMPLETE trial. :func:`dqnlab.study.storage.make_storage` closes that race (SQLite
-transactions begun IMMEDIATE); jobs start together, when it was likeliest, so this stagger stays as a
-second line."""
-
-
 def worker_loop(args: WorkerArgs, report=None) -> None:
     """Pop and run grid points until none is waiting. Safe to run in many processes at once.
 
@@ -213,8 +204,6 @@ def worker_loop(args: WorkerArgs, report=None) -> None:
 
     with sigterm_as_interrupt():
         try:
-            if args.job:  # see JOB_STAGGER_S
-                time.sleep(min(JOB_STAGGER_S * args.job, 3.0))
             while study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
                 study.optimize(objective, n_trials=1, catch=(TrialFailed,), gc_after_trial=False)
         except Exception as exc:
