@@ -22,12 +22,26 @@ def _run(script: str, *args: str) -> str:
     return res.stdout
 
 
-def test_naive_copies_the_audit_counts_exactly_the_overwritten_updates_of_the_examples_ledger(tmp_path):
-    out = _run("naive_copies.py", "--workers", "3", "--steps", "1800", "--folder", str(tmp_path))
+def _naive_copies(tmp_path, *flags: str) -> tuple[int, int, int]:
+    """Run the example with 3 workers; return (updates applied, lost by its ledger, lost by the audit)."""
+    out = _run("naive_copies.py", "--workers", "3", "--steps", "1800", "--folder", str(tmp_path), *flags)
     applied, kept, lost = map(int, re.search(r"ledger: (\d+) updates applied, (\d+) held by the final parameters: "
                                              r"(\d+) lost", out).groups())  # fmt: skip
-    assert int(re.search(r"audit:\s+(\d+) lost", out).group(1)) == lost == applied - kept
-    assert 0.5 < lost / applied < 0.8, out  # about 1 - 1/3 with 3 copies written back in turn
+    assert lost == applied - kept, out
+    return applied, lost, int(re.search(r"audit:\s+(\d+) lost", out).group(1))
+
+
+def test_naive_copies_the_audit_counts_exactly_the_overwritten_updates_of_the_examples_ledger(tmp_path):
+    applied, lost, audited = _naive_copies(tmp_path)  # the OS interleaves the writes as it likes
+    assert audited == lost > 0
+
+
+def test_naive_copies_written_back_in_turn_lose_one_minus_one_over_n_of_the_updates(tmp_path):
+    # in turn, between two syncs only the last writer's updates survive: 2/3 lost, on any machine (0.49
+    # to 0.37 left to the OS on a 2-core machine, where a worker often writes a burst of its own)
+    applied, lost, audited = _naive_copies(tmp_path, "--take-turns")
+    assert audited == lost
+    assert 0.62 < lost / applied < 0.71, (applied, lost)
 
 
 def test_one_learner_loses_no_update_and_holds_the_replay_ratio(tmp_path):
