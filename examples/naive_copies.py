@@ -123,8 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--utd", type=float, default=1.0, help="updates per env step, per worker")
     p.add_argument("--sync-every", type=int, default=100)
     p.add_argument("--learning-starts", type=int, default=500)
-    p.add_argument("--take-turns", action="store_true",
-                   help="write back in a fixed order 0..N-1 (a deterministic lost share of about 1 - 1/N)")
+    p.add_argument(
+        "--take-turns",
+        action="store_true",
+        help="write back in a fixed order 0..N-1 (a deterministic lost share of about 1 - 1/N)",
+    )
     p.add_argument("--folder", default=None, help="where the audit's events go (default: a temporary folder)")
     args = p.parse_args(argv)
     folder = args.folder or tempfile.mkdtemp(prefix="audit-")
