@@ -60,15 +60,24 @@ def test_the_interleaved_loop_audits_only_its_audited_chunks(tmp_path, monkeypat
     assert list(tmp_path.iterdir()) == [], "the benchmark left its audit folder behind"
 
 
-def test_a_resumed_loop_is_the_loop_run_at_once():
+@pytest.mark.parametrize("net", bench.NETS)
+def test_a_resumed_loop_is_the_loop_run_at_once(net):
     """Two calls of 150 env steps leave the loop where one call of 300 does (buffer, weights, counters)."""
-    whole, split = bench.UserLoop(seed=3), bench.UserLoop(seed=3)
+    whole, split = bench.UserLoop(seed=3, net=net), bench.UserLoop(seed=3, net=net)
     whole.run(300, None)
     split.run(150, None)
     split.run(150, None)
     assert (whole.step, whole.pos, whole.size, whole.updates) == (split.step, split.pos, split.size, split.updates)
     np.testing.assert_array_equal(whole.obs_buf, split.obs_buf)
     np.testing.assert_array_equal(whole.w[2], split.w[2])
+    assert whole.updates > 0 and whole.act(whole.obs) == split.act(split.obs)  # the learned net acts the same
+
+
+def test_the_torch_loop_learns_and_an_unknown_net_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert bench.main(["--one", "audit", "--net", "torch", "--steps", "300"]) == 0
+    with pytest.raises(ValueError, match="net='jax'"):
+        bench.UserLoop(net="jax")
 
 
 def test_an_only_audit_records_exactly_its_one_call(tmp_path, monkeypatch):
