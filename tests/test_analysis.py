@@ -335,10 +335,11 @@ def test_findings_come_from_the_exported_data_and_the_check_catches_a_number_typ
                             "--out", str(data)]) == 0  # fmt: skip
         for suffix in ("runs", "curves"):
             (data / f"{smoke}.{suffix}.csv.gz").rename(data / f"{name}.{suffix}.csv.gz")
-    for suffix in ("runs", "curves"):  # the smokes stand in for 4b (one target period, 256), 2b and 4c (uniform only)
+    for suffix in ("runs", "curves"):  # smokes stand in for 4b (period 256), 2b, 4c (uniform), 4d (as Polyak)
         for source, name in (("replay_ratio-cartpole", "replay_ratio-target_period"),
                              ("workers-default", "workers-prioritized"),
-                             ("replay_ratio-cartpole", "replay_ratio-prioritized-utd1_4")):  # fmt: skip
+                             ("replay_ratio-cartpole", "replay_ratio-prioritized-utd1_4"),
+                             ("replay_ratio-cartpole", "replay_ratio-polyak")):  # fmt: skip
             shutil.copy(data / f"{source}.{suffix}.csv.gz", data / f"{name}.{suffix}.csv.gz")
     page = tmp_path / "findings.md"
     page.write_text("# Findings\n" + "".join(f"\n{findings.BEGIN.format(n)}\nstale\n{findings.END.format(n)}\n"
@@ -353,11 +354,12 @@ def test_findings_come_from_the_exported_data_and_the_check_catches_a_number_typ
     text = text[: text.index(begin)] + text[text.index(end) + len(end) :]
     page.write_text(text)
     for header in ("| UTD | target in | variant |", "| cell | writers |", "| workers | buffer |", "| collection |",
-                   "| UTD | period 256 env steps", "| workers | replay |", "| UTD | replay | seeds |"):
+                   "| UTD | period 256 env steps", "| workers | replay |", "| UTD | replay | seeds |",
+                   "| UTD | target | unit |"):
         assert header in text, header
     assert text.count("Holm-corrected") >= 4
     for name in ("writers", "workers", "parallel", "replay_ratio", "target_period", "workers_prioritized",
-                 "replay_prioritized"):
+                 "replay_prioritized", "replay_polyak"):
         assert (tmp_path / f"finding_{name}.png").stat().st_size > 20_000
     assert findings.main([*args, "--check"]) == 0
     page.write_text(text.replace("| 1 | updates | plain | ", "| 1 | updates | plain | 1", 1))  # a hand edit

@@ -128,3 +128,49 @@ def test_an_aa_comparison_pairs_only_runs_with_the_same_configuration_and_seeds(
     same = same_config_runs(there, cell)
     assert len(same) == 3 and set(same["target_period"]) == {256} and set(same["utd"]) == {4.0}
     assert same_config_runs(runs(range(2), utd=4.0, target_period=256), cell).empty  # seeds 0-1 are not 0-2
+
+
+def test_finding_4d_compares_the_polyak_units_and_polyak_with_finding_4s_plain_hard_copy_only():
+    """Finding 4d on constructed runs: tau per update losing 100 return and soft-diverging in 10/10 seeds
+    at UTD 16 (per env step: 0/10) reads `better` for per env step, `worse` against the hard copy in
+    updates, and `fewer` soft-diverged; finding 4's LayerNorm cells and its UTDs the Polyak study did not
+    run are not partners."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import pandas as pd
+
+    from analysis.replay_polyak import finding_replay_polyak
+    from dqnlab import metrics as M
+
+    rng = np.random.default_rng(2)
+
+    def study(cells):
+        runs, hist = [], []
+        for (utd, unit, extra), (mean, bad) in cells.items():
+            for seed in range(10):
+                run_id = f"{utd}-{unit}-{extra}-{seed}-{mean}"
+                runs.append({"run_id": run_id, "status": "completed", "utd": utd, "target_unit": unit, "seed": seed,
+                             "target_update": "hard" if extra != "polyak" else "polyak",
+                             "layer_norm": extra == "layernorm", "reset": "none",
+                             "final_return": mean + rng.normal(0, 5)})  # fmt: skip
+                hist += [{"run_id": run_id, "metric": metric, M.ENV_STEPS: s, "value": value}
+                         for s in (1000, 2000)
+                         for metric, value in ((M.EVAL_RETURN_MEAN, mean), (M.SOFT_DIVERGENCE, float(bad)))]  # fmt: skip
+        return pd.DataFrame(runs), pd.DataFrame(hist)
+
+    units = ("updates", "env_steps")
+    polyak = study({(u, unit, "polyak"): ((100, True) if (u, unit) == (16.0, "updates") else (200, False))
+                    for u in (1.0, 16.0) for unit in units})  # fmt: skip
+    hard = study({**{(u, unit, "plain"): (200, False) for u in (1.0, 4.0, 16.0) for unit in units},
+                  (16.0, "updates", "layernorm"): (400, False)})  # fmt: skip
+    text = finding_replay_polyak(polyak, hard).text
+    verdict = {line.split("|")[1].strip(): line.split("|")[-2].strip() for line in text.splitlines()
+               if line.startswith("| UTD ")}  # fmt: skip
+    assert verdict["UTD 16, Polyak: tau per env step minus per update"] == "better", text
+    assert verdict["UTD 16, in updates: Polyak minus copy every 256"] == "worse", text
+    assert verdict["UTD 16, in env steps: Polyak minus copy every 256"] == "equivalent", text
+    assert "Family *Polyak target*: 7 contrasts" in text  # 2 trends, 1 unit contrast, 4 against the hard copy
+    assert "| 16 | 0/10 | 10/10 |" in text and text.rstrip().endswith("| fewer |"), text
+    copies = [line for line in text.splitlines() if "| copy every 256 |" in line]
+    assert len(copies) == 4 and not any(line.startswith("| 4 |") for line in copies), text  # UTD 1, 16 x 2 units
