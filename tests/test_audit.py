@@ -162,6 +162,27 @@ def test_sampled_counts_and_lags_are_exact_across_pending_folds_and_oversized_ba
     assert final[M.POLICY_LAG_RUN_MAX] == lags.max()
 
 
+@pytest.mark.parametrize("workers", [(0,), (5,), (0, 1), (3, 2047), tuple(range(40))])
+def test_draws_per_worker_are_exact_for_one_worker_two_or_many(tmp_path, workers):
+    """The fold counts one worker by its min and max and several with spread counters: each worker's draws
+    equal numpy's bincount of the tags, across folds and for batch sizes that are not multiples of 8."""
+    from dqnlab.audit.recorder import SAMPLED, read_events
+
+    rng = np.random.default_rng(len(workers))
+    audit = Audit(tmp_path)
+    want = np.zeros(2048, np.int64)
+    for b in range(300):
+        size = int(rng.integers(1, 200))
+        batch = pack(rng.choice(workers, size), b, np.arange(size))
+        audit.sampled(batch, b)
+        want += np.bincount(worker_of(batch), minlength=2048)
+    audit.flush()
+    events, _ = read_events(tmp_path)
+    sampled = events[events["kind"] == SAMPLED]
+    got = {int(w): int(sampled["a"][sampled["who"] == w][-1]) for w in np.unique(sampled["who"])}
+    assert got == {w: int(want[w]) for w in np.flatnonzero(want)}
+
+
 def test_lags_of_a_training_run_are_exact_when_no_version_wraps(tmp_path):
     """The common case (tags acted on by versions at or below the learner's, many batches pending at a
     fold): the lag sum and max the recorder folds per batch equal numpy's element by element."""

@@ -59,6 +59,8 @@ _NAN = math.nan
 _INT64 = np.dtype(np.int64)
 PENDING = 16384
 """Sampled tags held before they are counted (a batch of 128: every 128 batches)."""
+_LANES = np.arange(PENDING, dtype=np.int64) & 7
+"""Element i's lane, ``i % 8`` (:meth:`Audit._count_workers`)."""
 _generation = 0
 """Bumped in a forked child (``os.register_at_fork``): an Audit opened before the fork reopens its own
 file there (a flag read per call, not a ``getpid`` system call)."""
@@ -132,10 +134,12 @@ class Audit:
         self._lag_sum, self._lag_max, self._lag_n = 0, 0, 0
         # sampled batches' tags not counted yet, copied into one preallocated array (a copy into a slice
         # is ~0.5 us; a list of 64 arrays concatenated at the fold cost ~3 us a batch), with each batch's
-        # (end, learner version)
+        # end and learner version in two lists
         self._pending = np.empty(PENDING, dtype=np.int64)
+        self._scratch = np.empty(PENDING, dtype=np.int64)  # the fold's workers, then acting versions (no temporaries)
         self._pending_n = 0
-        self._pending_batches: list[tuple[int, int]] = []
+        self._pending_ends: list[int] = []  # each pending batch's end in the pending array
+        self._pending_versions: list[int] = []  # ... and the learner version it was drawn for
         self._updates: dict[int, int] = {}
         self._reward_max = 0.0
         self._last_flush = time.monotonic()
@@ -243,7 +247,8 @@ class Audit:
         if end > start:
             self._pending[start:end] = tags
             self._pending_n = end
-            self._pending_batches.append((end, version))
+            self._pending_ends.append(end)
+            self._pending_versions.append(version)
         if obs is not None:
             self._obs = obs
         self._calls += 1
@@ -255,23 +260,39 @@ class Audit:
         n = self._pending_n
         if not n:
             return
-        ends, versions = zip(*self._pending_batches)
+        ends = np.array(self._pending_ends, dtype=np.int64)
         tags = self._pending[:n]
-        workers = tags >> _WORKER_SHIFT
-        self._sampled[: int(workers.max()) + 1] += np.bincount(workers)
-        acting = (tags >> SEQ_BITS) & _VERSION_MASK
-        starts = np.asarray((0, *ends[:-1]))
-        learner = np.asarray(versions, dtype=np.int64) & _VERSION_MASK
+        scratch = self._scratch[:n]  # reused: a fold allocates no array of the pending size
+        self._count_workers(np.right_shift(tags, _WORKER_SHIFT, out=scratch))
+        acting = np.bitwise_and(np.right_shift(tags, SEQ_BITS, out=scratch), _VERSION_MASK, out=scratch)
+        sizes = np.diff(ends, prepend=0)
+        starts = ends - sizes
+        learner = np.array(self._pending_versions, dtype=np.int64) & _VERSION_MASK
         oldest, newest = np.minimum.reduceat(acting, starts), np.maximum.reduceat(acting, starts)
         if (newest <= learner).all():  # no version wrapped (2^28): lag = learner - acting, summed per batch
-            sizes = np.diff(np.asarray(ends), prepend=0)
             self._lag_sum += int(sizes @ learner) - int(acting.sum())
             self._lag_max = max(self._lag_max, int((learner - oldest).max()))
             self._lag_n += n
         else:
-            self._count_lags(tags, np.repeat(learner, np.diff(np.asarray(ends), prepend=0)))
+            self._count_lags(tags, np.repeat(learner, sizes))
         self._pending_n = 0
-        self._pending_batches = []
+        self._pending_ends, self._pending_versions = [], []
+
+    def _count_workers(self, workers: np.ndarray) -> None:
+        """Add each worker's draws (``workers``: the worker of each drawn transition; overwritten).
+
+        ``np.bincount`` adds one to one counter per element, so with one or two workers each addition
+        waits for the previous one to the same counter (~5 ns an element, 80 us a fold of 16k): one
+        worker is counted by its min and max, several by spreading each worker's count over 8 counters
+        (element i adds to counter ``8 * worker + i % 8``) and summing them."""
+        lo, hi = int(workers.min()), int(workers.max())
+        if lo == hi:
+            self._sampled[lo] += workers.size
+            return
+        np.left_shift(workers, 3, out=workers)
+        np.bitwise_or(workers, _LANES[: workers.size], out=workers)
+        counts = np.bincount(workers, minlength=8 * (hi + 1)).reshape(-1, 8).sum(axis=1)
+        self._sampled[: hi + 1] += counts
 
     def _count_sampled(self, tags: np.ndarray, versions: np.ndarray) -> None:
         """Add drawn transitions (their tags, and the learner version each was drawn for) to the per-worker
