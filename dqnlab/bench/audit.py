@@ -96,7 +96,7 @@ class UserLoop:
         w1, w2, w3 = self.w
         return int((np.maximum(np.maximum(obs @ w1, 0) @ w2, 0) @ w3).argmax())
 
-    def _learn_numpy(self, idx: np.ndarray) -> None:
+    def _learn_numpy(self, idx: np.ndarray, updates: int) -> None:
         w1, w2, w3 = self.w
         hb = np.maximum(np.maximum(self.obs_buf[idx] @ w1, 0) @ w2, 0)
         w3 -= 1e-4 * hb.T @ (hb @ w3 - self.rew_buf[idx, None])
@@ -118,7 +118,7 @@ class UserLoop:
             with torch.no_grad():
                 return int(q(torch.from_numpy(obs)).argmax())
 
-        def learn(idx: np.ndarray) -> None:
+        def learn(idx: np.ndarray, updates: int) -> None:
             o, a, r, o2, d = (b[torch.from_numpy(idx)] for b in buffers)
             with torch.no_grad():
                 y = r + 0.99 * (1 - d) * target(o2).max(1).values
@@ -126,7 +126,7 @@ class UserLoop:
             opt.zero_grad()
             loss.backward()
             opt.step()
-            if self.updates % 250 == 0:
+            if updates % 250 == 0:
                 target.load_state_dict(q.state_dict())
 
         return act, learn
@@ -142,7 +142,7 @@ class UserLoop:
             self.done_buf,
         )
         tag_buf = self.tag_buf
-        obs, size, pos, first = self.obs, self.size, self.pos, self.step
+        obs, size, pos, updates, first = self.obs, self.size, self.pos, self.updates, self.step
         audited = audit is not None
         for step in range(first, first + steps):
             action = act(obs) if rng.random() > 0.1 else int(rng.integers(2))
@@ -155,18 +155,18 @@ class UserLoop:
                 terminated,
             )
             if audited:
-                tag_buf[pos] = audit.produced(0, self.updates, terminated or truncated)
+                tag_buf[pos] = audit.produced(0, updates, terminated or truncated)
             pos, size = (pos + 1) % capacity, min(size + 1, capacity)
             obs = env.reset()[0] if terminated or truncated else next_obs
             if step % 4 == 3 and size >= 128:
                 idx = rng.integers(0, size, 128)
                 if audited:
-                    audit.sampled(tag_buf[idx], self.updates)
-                learn(idx)
-                self.updates += 1
+                    audit.sampled(tag_buf[idx], updates)
+                learn(idx, updates)
+                updates += 1
                 if audited:
                     audit.updated(0)
-        self.obs, self.size, self.pos, self.step = obs, size, pos, first + steps
+        self.obs, self.size, self.pos, self.updates, self.step = obs, size, pos, updates, first + steps
 
 
 def loop(steps: int, audited: bool, seed: int = 0, sampled_fraction: float = 1.0,
