@@ -1,10 +1,11 @@
 """Benchmark: what dqnlab.audit costs a user's loop, side by side in one run (prints; not a test).
 
-    python -m dqnlab.bench.audit [--steps 40000] [--repeats 5]
+    python -m dqnlab.bench.audit [--steps 40000] [--repeats 5] [--hidden 64] [--net numpy|torch]
 
-The loop a user writes first, fast enough that any per-step cost shows: gymnasium's CartPole, a
-numpy Q-network policy (64-64), a numpy ring buffer, and every 4 env steps (UTD 0.25) a batch of 128
-drawn and one numpy "update" (a forward and an outer-product step on the last layer). The same loop
+A user's loop, by default the leanest one, fast enough that any per-step cost shows: gymnasium's
+CartPole, a numpy Q-network policy (64-64), a numpy ring buffer, and every 4 env steps (UTD 0.25) a
+batch of 128 drawn and one numpy "update" (a forward and an outer-product step on the last layer);
+``--net torch``, the loop users write (a torch MLP, a DQN update with a target network and Adam). The same loop
 with the audit's calls added (``produced`` per step, ``sampled`` and ``updated`` per update,
 ``resident`` at the end), and the same counting a random quarter of the sampled batches
 (``sampled_fraction=0.25``: shares and lag estimated), the three in a rotating order, medians of
