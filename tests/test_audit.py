@@ -17,11 +17,14 @@ from dqnlab.audit.tags import lag, pack, version_of, worker_of
 from dqnlab.engine import train
 
 
-def test_tags_round_trip_worker_and_version_and_lag_wraps_correctly():
-    tags = pack([0, 7, 2047], [0, 123_456, (1 << 28) + 5], [0, 99, (1 << 24) + 3])
+def test_tags_round_trip_worker_and_version_and_lag_wraps_correctly(tmp_path):
+    tags = pack([0, 7, 2047], [0, 123_456, (1 << 28) + 5])
     assert list(worker_of(tags)) == [0, 7, 2047]
     assert list(version_of(tags)) == [0, 123_456, 5]  # versions are kept modulo 2^28
     assert list(lag(tags, 123_460)) == [123_460, 4, 123_455]
+    audit = Audit(tmp_path)  # its per-step tags (Python ints) and its vector tags are numpy's pack
+    assert [audit.produced(w, v) for w, v in ((0, 0), (7, 123_456), (2047, (1 << 28) + 5))] == list(tags)
+    assert list(audit.produced_batch(7, 123_456, np.zeros(3, bool))) == [tags[1]] * 3
 
 
 def test_the_lineage_counts_an_overwrite_exactly_and_not_an_update_about_to_be_written():
@@ -58,7 +61,7 @@ def _instrument_engine(monkeypatch, audit: Audit):
 
     def sample_(self, rngs, batch_size, *args, **kwargs):
         batch = sample(self, rngs, batch_size, *args, **kwargs)
-        audit.sampled(pack(batch.worker[0], batch.version[0], 0), self.updates)
+        audit.sampled(pack(batch.worker[0], batch.version[0]), self.updates)
         return batch
 
     def update_(self, batch, *args, **kwargs):
@@ -142,7 +145,7 @@ def test_sampled_counts_and_lags_are_exact_across_pending_folds_and_oversized_ba
     rng = np.random.default_rng(1)
     audit = Audit(tmp_path)
     acting = rng.integers(0, 2**28, 60_000)
-    tags = pack(rng.integers(0, 3, 60_000), acting, np.arange(60_000))
+    tags = pack(rng.integers(0, 3, 60_000), acting)
     for w in range(3):
         audit.produced_batch(w, 0, np.zeros(1, bool))
     want_draws, want_lags = np.zeros(3), []
@@ -173,7 +176,7 @@ def test_draws_per_worker_are_exact_for_one_worker_two_or_many(tmp_path, workers
     want = np.zeros(2048, np.int64)
     for b in range(300):
         size = int(rng.integers(1, 200))
-        batch = pack(rng.choice(workers, size), b, np.arange(size))
+        batch = pack(rng.choice(workers, size), b)
         audit.sampled(batch, b)
         want += np.bincount(worker_of(batch), minlength=2048)
     audit.flush()
@@ -192,7 +195,7 @@ def test_lags_of_a_training_run_are_exact_when_no_version_wraps(tmp_path):
     lags = []
     for version in range(10, 600):
         acting = version - rng.integers(0, 10, 128) * (rng.random() < 0.9)  # some batches entirely fresh
-        batch = pack(np.zeros(128, np.int64), acting, np.arange(128))
+        batch = pack(np.zeros(128, np.int64), acting)
         audit.sampled(batch, version)
         lags.append(version - acting)
     audit.flush()
@@ -214,7 +217,7 @@ def test_a_sampled_fraction_estimates_the_shares_and_lag_within_their_standard_e
     batches = 4000
     for version in range(100, 100 + batches):
         workers = (rng.random(128) < 0.3).astype(np.int64)  # worker 1: 30% of the draws
-        batch = pack(workers, version - rng.integers(0, 20, 128), np.arange(128))
+        batch = pack(workers, version - rng.integers(0, 20, 128))
         exact.sampled(batch, version)
         audit.sampled(batch, version)
     exact.flush()

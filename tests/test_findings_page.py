@@ -15,7 +15,8 @@ def test_every_generated_table_on_the_findings_page_is_what_the_committed_data_g
 
 NOTEBOOK_TABLES = {"finding_writers": ["writers"], "finding_workers": ["workers", "workers_prioritized"],
                    "finding_parallel": ["parallel"],
-                   "finding_replay_ratio": ["replay_ratio", "target_period", "replay_prioritized", "replay_polyak"]}  # fmt: skip
+                   "finding_replay_ratio": ["replay_ratio", "target_period", "replay_prioritized",
+                                            "replay_polyak"]}  # fmt: skip
 """Each finding notebook and the generated blocks of the page whose tables it shows in its stored outputs."""
 
 
