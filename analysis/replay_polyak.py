@@ -11,8 +11,8 @@ p-values, alpha 0.05; equivalence margin 50, a tenth of CartPole's return range)
 
 - the **UTD trend** with tau per env step and with tau per update: the least-squares slope of the cell
   IQM of the final return against log2 UTD (2 contrasts);
-- the **unit** at each UTD other than 1: tau per env step minus per update (3; at UTD 1 both are one
-  configuration);
+- the **unit** at each UTD other than 1: tau per env step minus per update (3; at UTD 1 both move the
+  target alike);
 - **Polyak minus the hard copy** (finding 4's plain cells: period 256 in the same unit, the same seeds and
   settings otherwise) at each UTD and unit (8).
 
@@ -108,7 +108,7 @@ def finding_replay_polyak(polyak: tuple[pd.DataFrame, pd.DataFrame], hard: tuple
            for unit in ("env_steps", "updates")]  # fmt: skip
     if all(len(x) for x in a_a):
         d, draws = bootstrap_difference(*a_a, reps=REPS)
-        md += ["", f"Noise floor (UTD 1: tau per env step and per update are one configuration, the same seeds; "
+        md += ["", f"Noise floor (UTD 1: tau per env step and per update move the target alike, the same seeds; "
                    f"difference of IQMs [95% CI]): {d:+.0f} [{np.quantile(draws, 0.025):.0f}, "
                    f"{np.quantile(draws, 0.975):.0f}]."]  # fmt: skip
     md += ["", contrasts(runs).markdown(digits=1)]
