@@ -32,7 +32,7 @@ from analysis.export import read_study  # noqa: E402
 from analysis.family import Family  # noqa: E402
 from analysis.findings_common import Finding, fmt_ci  # noqa: E402
 from analysis.plots import save  # noqa: E402
-from analysis.replay_polyak import finding_replay_polyak  # noqa: E402
+from analysis.replay_polyak import STUDY_ENV, finding_replay_polyak  # noqa: E402
 from analysis.replay_ratio import finding_replay_ratio  # noqa: E402
 from analysis.stats import bootstrap_ci, iqm, probability_of_improvement  # noqa: E402
 from dqnlab import metrics as M  # noqa: E402
@@ -559,7 +559,7 @@ DATA_FINDINGS = {
     "target_period": ("4b. Target period", ["replay_ratio-target_period"]),
     "replay_prioritized": ("4c. Prioritized replay", ["replay_ratio-prioritized", "replay_ratio-prioritized-utd1_4",
                                                   "replay_ratio-prioritized-utd16"]),
-    "replay_polyak": ("4d. Polyak target", ["replay_ratio-polyak"]),
+    "replay_polyak": ("4d. Polyak target", list(STUDY_ENV)),
 }  # fmt: skip
 """The findings computed from the data committed under ``docs/data`` (:mod:`analysis.export`)."""
 ENV_OF = {"replay_ratio-cartpole": "CartPole-v1", "replay_ratio-acrobot": "Acrobot-v1",
@@ -601,11 +601,12 @@ def data_findings(data: Path, names: list[str]) -> dict[str, Finding]:
             out[name] = finding_calibration(present)
         elif name == "replay_ratio":
             out[name] = finding_replay_ratio(replay_ratio_by_env(present))
-        elif name == "replay_polyak":  # beside finding 4's CartPole cells (its full study, or its parts)
-            hard = {s: read_study(data, s) for s in DATA_FINDINGS["replay_ratio"][1]
-                    if ENV_OF.get(s) == "CartPole-v1" and (data / f"{s}.runs.csv.gz").exists()}  # fmt: skip
-            if hard:
-                out[name] = finding_replay_polyak(present["replay_ratio-polyak"], replay_ratio_by_env(hard)["CartPole-v1"])
+        elif name == "replay_polyak":  # beside finding 4's cells of the same env (its full study, or its parts)
+            hard = replay_ratio_by_env({s: read_study(data, s) for s in DATA_FINDINGS["replay_ratio"][1]
+                                        if (data / f"{s}.runs.csv.gz").exists()})  # fmt: skip
+            studies = {STUDY_ENV[s]: (v, hard[STUDY_ENV[s]]) for s, v in present.items() if STUDY_ENV[s] in hard}
+            if studies:
+                out[name] = finding_replay_polyak(studies)
         elif name == "replay_prioritized":
             runs = pd.concat([r for r, _ in present.values()], ignore_index=True)
             hist = pd.concat([h for _, h in present.values()], ignore_index=True)

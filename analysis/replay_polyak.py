@@ -1,4 +1,5 @@
-"""Finding 4d (``sweeps/replay_ratio.py --preset polyak``): finding 4's question with a Polyak target.
+"""Finding 4d (``sweeps/replay_ratio.py --preset polyak``, ``--preset polyak_acrobot``): finding 4's question
+with a Polyak target.
 
 A hard target copied every C units jumps; a Polyak target moves a little after every update. Counted in
 updates, a Polyak tau is applied ``utd`` times per env step, so raising the replay ratio also speeds the
@@ -18,6 +19,12 @@ p-values, alpha 0.05; equivalence margin 50, a tenth of CartPole's return range)
 
 A second family: the seeds that soft-diverged at any check, tau per env step against per update, at each
 UTD other than 1 (Fisher's exact test, Holm-corrected). The noise floor is the UTD 1 A/A difference.
+
+Acrobot-v1 (declared on 2026-12-05 after CartPole's data above were read, before any Acrobot Polyak
+run): the same two families on finding 4's Acrobot base (RL Zoo settings, 64-64, 20,000 env steps),
+tau = 1/125.5 (a mean lag of 124.5 units, the hard period 250's), against finding 4's Acrobot plain
+cells, equivalence margin 45 (a tenth of Acrobot's return range); each env's families corrected on
+their own, as finding 4's are.
 """
 
 from __future__ import annotations
@@ -32,9 +39,14 @@ from analysis.findings_common import Finding, fmt_ci
 from analysis.replay_ratio import MARGIN, REPS, UNITS, _holm_verdicts, _q, _returns, cell_rows
 from dqnlab.statistics import bootstrap_difference, fisher_exact, trend
 
-ENV = "CartPole-v1"
-TARGETS = {"polyak": "Polyak", "plain": "copy every 256"}
-"""Cell variants of this finding: the Polyak runs and finding 4's hard-copy plain runs."""
+STUDY_ENV = {"replay_ratio-polyak": "CartPole-v1", "replay_ratio-polyak_acrobot": "Acrobot-v1"}
+"""Each 4d study's env."""
+
+
+def _targets(runs: pd.DataFrame) -> dict[str, str]:
+    """How the table names the cell variants: the Polyak runs, and finding 4's hard copies by their period."""
+    period = int(runs.loc[runs["variant"] == "plain", "target_period"].median())
+    return {"polyak": "Polyak", "plain": f"copy every {period}"}
 
 
 def polyak_cells(polyak_runs: pd.DataFrame, hard_runs: pd.DataFrame) -> pd.DataFrame:
@@ -45,11 +57,12 @@ def polyak_cells(polyak_runs: pd.DataFrame, hard_runs: pd.DataFrame) -> pd.DataF
     return pd.concat([polyak_runs.assign(variant="polyak"), hard.assign(variant="plain")], ignore_index=True)
 
 
-def contrasts(runs: pd.DataFrame) -> Family:
-    """The family of the module docstring over ``runs`` (:func:`polyak_cells`)."""
+def contrasts(runs: pd.DataFrame, env: str) -> Family:
+    """The family of the module docstring over ``runs`` (:func:`polyak_cells`) of ``env``."""
     values = {k: _returns(g) for k, g in runs.groupby(["utd", "target_unit", "variant"])}
     utds = sorted(runs.loc[runs["variant"] == "polyak", "utd"].unique())
-    family = Family("Polyak target", MARGIN[ENV], reps=REPS)
+    copy = _targets(runs)["plain"]
+    family = Family(f"Polyak target, {env}", MARGIN[env], reps=REPS)
     for unit in ("env_steps", "updates"):
         ran = [u for u in utds if len(values.get((u, unit, "polyak"), []))]
         if len(ran) >= 2:
@@ -62,7 +75,7 @@ def contrasts(runs: pd.DataFrame) -> Family:
             family.difference(f"UTD {u:g}, Polyak: tau per env step minus per update", per_step, per_update)
     for unit in ("env_steps", "updates"):
         for u in utds:
-            family.difference(f"UTD {u:g}, in {_unit(unit)}s: Polyak minus copy every 256",
+            family.difference(f"UTD {u:g}, in {_unit(unit)}s: Polyak minus {copy}",
                               values.get((u, unit, "polyak"), []), values.get((u, unit, "plain"), []))  # fmt: skip
     return family
 
@@ -87,20 +100,34 @@ def _unit(unit: str) -> str:
     return "env step" if unit == "env_steps" else "update"
 
 
-def finding_replay_polyak(polyak: tuple[pd.DataFrame, pd.DataFrame], hard: tuple[pd.DataFrame, pd.DataFrame]) -> Finding:
-    """``polyak``, ``hard``: (runs, hist) of the Polyak study and of finding 4's CartPole study (or its parts)."""
-    runs = polyak_cells(polyak[0], hard[0])
-    hist = pd.concat([polyak[1], hard[1]], ignore_index=True)
-    cells = cell_rows(runs, hist)
-    md = ["Per cell, final greedy return (mean of the last quarter of the evaluations) and area under the greedy "
-          "curve, IQM over seeds [95% bootstrap CI]; seeds soft-diverged (max \\|Q\\| above 1.5 R_max/(1-gamma)) at "
-          "any check / at the end; median final max \\|Q\\| and srank on current replay data; target updates made "
-          "(median: Polyak steps, or copies). The `copy every 256` rows are finding 4's plain DQN cells.", "",
+Studies = dict[str, tuple[tuple[pd.DataFrame, pd.DataFrame], tuple[pd.DataFrame, pd.DataFrame]]]
+"""env id -> ((runs, hist) of its Polyak study, (runs, hist) of finding 4's study of that env or its parts)."""
+
+
+def finding_replay_polyak(studies: Studies) -> Finding:
+    """Finding 4d, one block of tables and one row of the figure per env of ``studies``."""
+    md: list[str] = []
+    all_cells = {}
+    for env, (polyak, hard) in studies.items():
+        runs = polyak_cells(polyak[0], hard[0])
+        hist = pd.concat([polyak[1], hard[1]], ignore_index=True)
+        all_cells[env] = cells = cell_rows(runs, hist)
+        md += _env_block(env, runs, hist, cells)
+    return Finding("\n".join(md).strip("\n"), _figure(all_cells), "finding_replay_polyak.png")
+
+
+def _env_block(env: str, runs: pd.DataFrame, hist: pd.DataFrame, cells: pd.DataFrame) -> list[str]:
+    targets = _targets(runs)
+    md = [f"\n**{env}**: per cell, final greedy return (mean of the last quarter of the evaluations) and area under "
+          "the greedy curve, IQM over seeds [95% bootstrap CI]; seeds soft-diverged (max \\|Q\\| above 1.5 "
+          "R_max/(1-gamma)) at any check / at the end; median final max \\|Q\\| and srank on current replay data; "
+          f"target updates made (median: Polyak steps, or copies). The `{targets['plain']}` rows are finding 4's "
+          "plain DQN cells.", "",
           "| UTD | target | unit | seeds | final return | AUC | soft div. (any / end) | max \\|Q\\| | srank | "
           "target updates |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     order = {"polyak": 0, "plain": 1}
     for r in sorted(cells.itertuples(), key=lambda r: (order[r.variant], r.utd, UNITS.index(r.target_unit))):
-        md.append(f"| {r.utd:g} | {TARGETS[r.variant]} | {_unit(r.target_unit)}s | {r.n} | {fmt_ci(*r.final)} | "
+        md.append(f"| {r.utd:g} | {targets[r.variant]} | {_unit(r.target_unit)}s | {r.n} | {fmt_ci(*r.final)} | "
                   f"{fmt_ci(*r.auc)} | {r.diverged[0]}/{r.n} / {r.diverged[1]}/{r.n} | {_q(r.q_max)} | {r.srank:.0f} | "
                   f"{r.target_updates:.0f} |")  # fmt: skip
     polyak_runs = runs[runs["variant"] == "polyak"]
@@ -111,38 +138,40 @@ def finding_replay_polyak(polyak: tuple[pd.DataFrame, pd.DataFrame], hard: tuple
         md += ["", f"Noise floor (UTD 1: tau per env step and per update move the target alike, the same seeds; "
                    f"difference of IQMs [95% CI]): {d:+.0f} [{np.quantile(draws, 0.025):.0f}, "
                    f"{np.quantile(draws, 0.975):.0f}]."]  # fmt: skip
-    md += ["", contrasts(runs).markdown(digits=1)]
+    md += ["", contrasts(runs, env).markdown(digits=1)]
     div = divergence_contrasts(runs, hist)
     if not div.empty:
-        md += ["", f"Family *soft divergence, Polyak*: {len(div)} contrasts, seeds soft-diverged at any check with tau "
-               "per env step vs per update, Fisher's exact test, Holm-corrected (alpha 0.05):", "",
+        md += ["", f"Family *soft divergence, Polyak, {env}*: {len(div)} contrasts, seeds soft-diverged at any check "
+               "with tau per env step vs per update, Fisher's exact test, Holm-corrected (alpha 0.05):", "",
                "| UTD | tau per env step | tau per update | p | Holm p | verdict (per env step) |",
                "|---|---|---|---|---|---|"]  # fmt: skip
         md += [f"| {r.utd:g} | {r.env_steps} | {r.updates} | {r.p:.2g} | {r.p_holm:.2g} | {r.verdict} |"
                for r in div.itertuples()]  # fmt: skip
-    return Finding("\n".join(md), _figure(cells), "finding_replay_polyak.png")
+    return md
 
 
-def _figure(cells: pd.DataFrame) -> plt.Figure:
-    fig, axes = plt.subplots(1, 3, figsize=(18, 4.4))
+def _figure(cells_by_env: dict[str, pd.DataFrame]) -> plt.Figure:
+    fig, axes = plt.subplots(len(cells_by_env), 3, figsize=(18, 4.4 * len(cells_by_env)), squeeze=False)
     colors = {"polyak": "C3", "plain": "C0"}
-    for (unit, v), g in cells.groupby(["target_unit", "variant"]):
-        g = g.sort_values("utd")
-        style = dict(ls="-" if unit == "env_steps" else "--", marker="o", color=colors[v],
-                     label=f"{TARGETS[v]}, in {_unit(unit)}s")  # fmt: skip
-        point, low, high = (np.array([f[i] for f in g["final"]]) for i in range(3))
-        axes[0].errorbar(g["utd"], point, yerr=[point - low, high - point], capsize=2, **style)
-        axes[1].plot(g["utd"], [d[0] / n for d, n in zip(g["diverged"], g["n"])], **style)
-        axes[2].plot(g["utd"], g["q_max"], **style)
-    axes[2].set_yscale("log")
-    for ax, ylabel in zip(axes, ["final greedy return (IQM, 95% CI)", "fraction of seeds soft-diverged at any check",
-                                 "final max |Q| on current data (median; log)"]):  # fmt: skip
-        ax.set_xscale("log", base=2)
-        ax.set_xticks([0.25, 1, 4, 16], ["0.25", "1", "4", "16"])
-        ax.minorticks_off()
-        ax.set(xlabel="UTD (updates per env step)", ylabel=ylabel)
-    axes[0].legend(fontsize=8)
-    fig.suptitle("Finding 4 with a Polyak target (tau 1/128.5 per update or per env step) beside the hard copy every 256 "
-                 "(CartPole-v1, plain DQN, 10 seeds a cell)")  # fmt: skip
+    for axrow, (env, cells) in zip(axes, cells_by_env.items()):
+        for (unit, v), g in cells.groupby(["target_unit", "variant"]):
+            g = g.sort_values("utd")
+            name = "Polyak" if v == "polyak" else "hard copy"
+            style = dict(ls="-" if unit == "env_steps" else "--", marker="o", color=colors[v],
+                         label=f"{name}, in {_unit(unit)}s")  # fmt: skip
+            point, low, high = (np.array([f[i] for f in g["final"]]) for i in range(3))
+            axrow[0].errorbar(g["utd"], point, yerr=[point - low, high - point], capsize=2, **style)
+            axrow[1].plot(g["utd"], [d[0] / n for d, n in zip(g["diverged"], g["n"])], **style)
+            axrow[2].plot(g["utd"], g["q_max"], **style)
+        axrow[2].set_yscale("log")
+        for ax, ylabel in zip(axrow, ["final greedy return (IQM, 95% CI)", "fraction of seeds soft-diverged at any "
+                                      "check", "final max |Q| on current data (median; log)"]):  # fmt: skip
+            ax.set_xscale("log", base=2)
+            ax.set_xticks([0.25, 1, 4, 16], ["0.25", "1", "4", "16"])
+            ax.minorticks_off()
+            ax.set(xlabel="UTD (updates per env step)", ylabel=ylabel, title=env)
+        axrow[0].legend(fontsize=8)
+    fig.suptitle("Finding 4 with a Polyak target (tau per update or per env step, the hard period's mean lag) beside "
+                 "finding 4's hard copy (plain DQN, 10 seeds a cell)")  # fmt: skip
     fig.tight_layout()
     return fig

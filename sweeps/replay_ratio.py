@@ -4,6 +4,7 @@
     python sweeps/replay_ratio.py --preset acrobot         # the same on Acrobot-v1
     python sweeps/replay_ratio.py --preset target_period   # finding 4b: target period (env steps) x UTD, plain
     python sweeps/replay_ratio.py --preset polyak          # finding 4d: UTD x tau per update or per env step, plain
+    python sweeps/replay_ratio.py --preset polyak_acrobot  # the same on Acrobot-v1
     python sweeps/replay_ratio.py --preset smoke           # seconds (tests)
 
 Raising the replay ratio (UTD) with the target period fixed in gradient updates also copies the
@@ -67,6 +68,10 @@ PRESETS = {
     # = 127.5 target units, the hard period 256's (C - 1) / 2
     "polyak": {"base": dict(CARTPOLE, target_update="polyak", tau=round(1 / 128.5, 6), layer_norm=False, reset="none"),
                "grid": {"utd": [0.25, 1.0, 4.0, 16.0], "target_unit": ["updates", "env_steps"]}, "jobs": 2},
+    # the same on Acrobot-v1: tau 1/125.5, the hard period 250's mean lag of 124.5 units
+    "polyak_acrobot": {"base": dict(ACROBOT, target_update="polyak", tau=round(1 / 125.5, 6), layer_norm=False,
+                                    reset="none"),
+                       "grid": {"utd": [0.25, 1.0, 4.0, 16.0], "target_unit": ["updates", "env_steps"]}, "jobs": 2},
     "smoke": {
         "base": dict(CARTPOLE, total_env_steps=1200, learning_starts=400, batch_size=32, probe_size=64,
                      hidden_sizes=(32, 32), log_every=100, eval_every_steps=400, eval_episodes=2, replicas=2),  # fmt: skip

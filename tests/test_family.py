@@ -152,7 +152,7 @@ def test_finding_4d_compares_the_polyak_units_and_polyak_with_finding_4s_plain_h
                 run_id = f"{utd}-{unit}-{extra}-{seed}-{mean}"
                 runs.append({"run_id": run_id, "status": "completed", "utd": utd, "target_unit": unit, "seed": seed,
                              "target_update": "hard" if extra != "polyak" else "polyak",
-                             "layer_norm": extra == "layernorm", "reset": "none",
+                             "layer_norm": extra == "layernorm", "reset": "none", "target_period": 256,
                              "final_return": mean + rng.normal(0, 5)})  # fmt: skip
                 hist += [{"run_id": run_id, "metric": metric, M.ENV_STEPS: s, "value": value}
                          for s in (1000, 2000)
@@ -164,13 +164,13 @@ def test_finding_4d_compares_the_polyak_units_and_polyak_with_finding_4s_plain_h
                     for u in (1.0, 16.0) for unit in units})  # fmt: skip
     hard = study({**{(u, unit, "plain"): (200, False) for u in (1.0, 4.0, 16.0) for unit in units},
                   (16.0, "updates", "layernorm"): (400, False)})  # fmt: skip
-    text = finding_replay_polyak(polyak, hard).text
+    text = finding_replay_polyak({"CartPole-v1": (polyak, hard)}).text
     verdict = {line.split("|")[1].strip(): line.split("|")[-2].strip() for line in text.splitlines()
                if line.startswith("| UTD ")}  # fmt: skip
     assert verdict["UTD 16, Polyak: tau per env step minus per update"] == "better", text
     assert verdict["UTD 16, in updates: Polyak minus copy every 256"] == "worse", text
     assert verdict["UTD 16, in env steps: Polyak minus copy every 256"] == "equivalent", text
-    assert "Family *Polyak target*: 7 contrasts" in text  # 2 trends, 1 unit contrast, 4 against the hard copy
+    assert "Family *Polyak target, CartPole-v1*: 7 contrasts" in text  # 2 trends, 1 unit contrast, 4 against the hard copy
     assert "| 16 | 0/10 | 10/10 |" in text and text.rstrip().endswith("| fewer |"), text
     copies = [line for line in text.splitlines() if "| copy every 256 |" in line]
     assert len(copies) == 4 and not any(line.startswith("| 4 |") for line in copies), text  # UTD 1, 16 x 2 units
