@@ -51,6 +51,14 @@ CARTPOLE = dict(STUDY, env_id="CartPole-v1", lr=2.3e-3, batch_size=64, buffer_ca
 ACROBOT = dict(STUDY, env_id="Acrobot-v1", lr=6.3e-4, batch_size=128, buffer_capacity=50_000, learning_starts=1000,
                target_period=250, epsilon_start=1.0, epsilon_end=0.1, epsilon_decay_steps=12_000)  # fmt: skip
 GRID = {"utd": [0.25, 1.0, 4.0, 16.0], "target_unit": ["updates", "env_steps"], "variant": list(VARIANTS)}
+POLYAK_GRID = {"utd": GRID["utd"], "target_unit": GRID["target_unit"]}
+
+
+def polyak_of(base: dict) -> dict:
+    """``base`` (plain DQN) with a Polyak target whose mean lag is its hard period C's: tau = 2 / (C + 1)."""
+    return dict(base, target_update="polyak", tau=round(2 / (base["target_period"] + 1), 6), layer_norm=False,
+                reset="none")  # fmt: skip
+
 
 PRESETS = {
     "cartpole": {"base": CARTPOLE, "grid": GRID, "variants": VARIANTS, "jobs": 2},
@@ -63,15 +71,10 @@ PRESETS = {
     # uniform vs prioritized replay (alpha 0.6, beta 0.4 -> 1), target period in env steps
     "prioritized": {"base": dict(CARTPOLE, target_unit="env_steps", layer_norm=False, reset="none"),
                     "grid": {"utd": [1.0, 4.0, 16.0], "replay": ["uniform", "prioritized"]}, "jobs": 2},
-    # finding 4d: the same question with a Polyak target (updated after every update, never copied): plain DQN,
-    # tau per update or per env step (both the same at UTD 1), tau 1/128.5: a mean target lag of (1 - tau) / tau
-    # = 127.5 target units, the hard period 256's (C - 1) / 2
-    "polyak": {"base": dict(CARTPOLE, target_update="polyak", tau=round(1 / 128.5, 6), layer_norm=False, reset="none"),
-               "grid": {"utd": [0.25, 1.0, 4.0, 16.0], "target_unit": ["updates", "env_steps"]}, "jobs": 2},
-    # the same on Acrobot-v1: tau 1/125.5, the hard period 250's mean lag of 124.5 units
-    "polyak_acrobot": {"base": dict(ACROBOT, target_update="polyak", tau=round(1 / 125.5, 6), layer_norm=False,
-                                    reset="none"),
-                       "grid": {"utd": [0.25, 1.0, 4.0, 16.0], "target_unit": ["updates", "env_steps"]}, "jobs": 2},
+    # finding 4d: the same question with a Polyak target: plain DQN, tau per update or per env step (near-identical
+    # at UTD 1), tau matched to the hard period C's mean target lag, (1 - tau) / tau = (C - 1) / 2 target units
+    "polyak": {"base": polyak_of(CARTPOLE), "grid": POLYAK_GRID, "jobs": 2},
+    "polyak_acrobot": {"base": polyak_of(ACROBOT), "grid": POLYAK_GRID, "jobs": 2},
     "smoke": {
         "base": dict(CARTPOLE, total_env_steps=1200, learning_starts=400, batch_size=32, probe_size=64,
                      hidden_sizes=(32, 32), log_every=100, eval_every_steps=400, eval_episodes=2, replicas=2),  # fmt: skip
