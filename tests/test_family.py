@@ -174,3 +174,4 @@ def test_finding_4d_compares_the_polyak_units_and_polyak_with_finding_4s_plain_h
     assert "| 16 | 0/10 | 10/10 |" in text and text.rstrip().endswith("| fewer |"), text
     copies = [line for line in text.splitlines() if "| copy every 256 |" in line]
     assert len(copies) == 4 and not any(line.startswith("| 4 |") for line in copies), text  # UTD 1, 16 x 2 units
+    assert all(line.split("|")[4].strip() == "10" for line in copies), text  # LayerNorm's 10 seeds not pooled in
