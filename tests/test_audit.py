@@ -245,14 +245,16 @@ import multiprocessing as mp, sys
 from dqnlab.audit import Audit
 
 def actor(audit):
-    for _ in range(10):
-        audit.produced(1, 0)
+    tags = [audit.produced(1, 0) for _ in range(10)]
+    audit.sampled(tags[:4], 2)
+    audit.updated(0)
     audit.close()
 
 if __name__ == "__main__":
     audit = Audit(sys.argv[1])
-    for _ in range(5):
-        audit.produced(0, 0)
+    tags = [audit.produced(0, 0) for _ in range(5)]
+    audit.sampled(tags[:4], 1)  # pending, and an update counted, not yet recorded: a forked child must not repeat them
+    audit.updated(0)
     for method in ("spawn", "fork"):
         proc = mp.get_context(method).Process(target=actor, args=(audit,))
         proc.start()
@@ -274,3 +276,118 @@ def test_an_audit_handed_to_spawned_and_forked_processes_counts_each_transition_
     final = report(tmp_path / "audit").final
     assert final[M.ENV_STEPS] == 25  # 5 in the parent, 10 in each child: a child's copy starts from zero
     assert final[M.worker_share(1, "produced")] == pytest.approx(0.8)
+    assert final[M.UPDATES] == 3 and final[M.worker_share(1, "sampled")] == pytest.approx(2 / 3)
+    assert final[M.POLICY_LAG_RUN_MEAN] == pytest.approx(5 / 3)  # lags 1 (parent's batch) and 2, 2 (children's)
+
+
+def test_sampled_takes_any_array_like_of_tags_and_counts_it_as_the_int64_vector(tmp_path):
+    """The int64 vector is copied by the buffer protocol; anything else (a list, another integer dtype,
+    byte order, a column, a strided view) takes the general path: the same draws and lags either way."""
+    from dqnlab.audit.recorder import SAMPLED, read_events
+
+    rng = np.random.default_rng(4)
+    batches = [pack(rng.integers(0, 3, 96), rng.integers(0, 50, 96)) for _ in range(8)]
+    column = np.empty((192, 1), np.int64)
+    column[::2, 0] = batches[7]  # a strided view of a 2-D array
+    forms = [batches[0], batches[1].tolist(), batches[2].astype(np.int32), batches[3].astype(np.uint64),
+             batches[4].astype(">i8"), batches[5][:, None], np.repeat(batches[6], 2)[::2], column[::2, 0]]  # fmt: skip
+    audits = {name: Audit(tmp_path / name) for name in ("vectors", "forms")}
+    for i, batch in enumerate(batches):
+        audits["vectors"].sampled(batch, 60 + i)
+        audits["forms"].sampled(forms[i], 60 + i)
+    got = {}
+    for name, audit in audits.items():
+        audit.flush()
+        events, _ = read_events(tmp_path / name)
+        sampled, lags = events[events["kind"] == SAMPLED], events[events["kind"] == LAG][-1]
+        got[name] = ({int(w): int(sampled["a"][sampled["who"] == w][-1]) for w in np.unique(sampled["who"])},
+                     (lags["a"], lags["b"], lags["c"]))  # fmt: skip
+    want = np.bincount(worker_of(np.concatenate(batches)), minlength=3)
+    assert got["forms"] == got["vectors"] and got["vectors"][0] == {w: int(want[w]) for w in range(3)}
+    assert got["vectors"][1][2] == 8 * 96
+
+
+def test_one_learners_updates_are_counted_and_a_writers_first_read_orders_the_rest(tmp_path):
+    """A process that never reads or writes the parameters records its updates as counts at the log
+    points (no record per update); its first ``synced``/``wrote`` records the count so far and each later
+    update gets its own record. The report adds both kinds: the totals, the TD loss mean and the lineage
+    are the same as with a record per update."""
+    from dqnlab.audit.recorder import SYNC, UPDATE, UPDATES, WRITE, read_events
+
+    learner = Audit(tmp_path / "learner", diag_every_updates=100)
+    for i in range(1000):
+        learner.updated(0, td_loss=float(i % 10))
+    learner.flush()
+    events, _ = read_events(tmp_path / "learner")
+    assert (events["kind"] == UPDATE).sum() == 0 and (events["kind"] == UPDATES).sum() == 10  # one per log point
+    rep = report(tmp_path / "learner")
+    assert rep.final[M.UPDATES] == 1000 and rep.final[M.TD_LOSS] == pytest.approx(4.5)
+    assert list(rep.timeline[M.UPDATES]) == list(range(100, 1001, 100))
+
+    copies = Audit(tmp_path / "copies", diag_every_updates=1000)
+    for _ in range(3):  # writer 0: three updates into its copy before it ever reads: counted
+        copies.updated(0)
+    copies.wrote(0)  # ... then written: the shared parameters hold them
+    copies.synced(1)
+    copies.updated(1), copies.updated(0)
+    copies.wrote(0), copies.wrote(1)  # 1 read after 0's first write: its write drops 0's fourth update
+    copies.flush()
+    events, _ = read_events(tmp_path / "copies")
+    order = events[np.isin(events["kind"], (UPDATE, UPDATES, SYNC, WRITE))]
+    assert [(int(e["kind"]), int(e["who"])) for e in order] == [(UPDATES, 0), (WRITE, 0), (SYNC, 1), (UPDATE, 1),
+                                                                 (UPDATE, 0), (WRITE, 0), (WRITE, 1)]  # fmt: skip
+    final = report(tmp_path / "copies").final
+    assert final[M.UPDATES] == 5 and final[M.LOST_UPDATES] == 1
+
+
+def test_several_writers_of_one_process_keep_their_own_counts_and_log_points(tmp_path):
+    """Counted updates of writers that take turns in one process (the recorder keeps the current writer's
+    count apart): each writer's running total and the report's sum are exact, with a record at each of a
+    writer's own log points."""
+    from dqnlab.audit.recorder import UPDATES, read_events
+
+    audit = Audit(tmp_path, diag_every_updates=10)
+    rng = np.random.default_rng(5)
+    calls = {0: 0, 1: 0, 7: 0}
+    for w in rng.choice([0, 1, 7], 500, p=[0.6, 0.3, 0.1]):
+        audit.updated(int(w))
+        calls[int(w)] += 1
+    audit.flush()
+    events, _ = read_events(tmp_path)
+    counted = events[events["kind"] == UPDATES]
+    assert {int(w): int(counted["a"][counted["who"] == w][-1]) for w in np.unique(counted["who"])} == calls
+    for w, n in calls.items():  # the log points' records: one at each multiple of 10 (and the flush's last)
+        totals = [int(a) for a in counted["a"][counted["who"] == w]]
+        assert set(range(10, n + 1, 10)) <= set(totals) and totals == sorted(totals)
+    assert report(tmp_path).final[M.UPDATES] == 500
+
+
+def test_the_report_says_when_counted_in_place_updates_meet_copies_written_back(tmp_path):
+    """In-place updates from a process that never read or wrote the parameters are placed at its log
+    points among other processes' writes: the summary says the lost count is approximate there."""
+    learner, copier = Audit(tmp_path, diag_every_updates=10), Audit(tmp_path)
+    for _ in range(20):
+        learner.updated(0)
+    copier.synced(1), copier.updated(1), copier.wrote(1)
+    learner.flush(), copier.flush()
+    assert "approximate: in-place updates" in report(tmp_path).summary()
+    alone = tmp_path / "alone"
+    learner = Audit(alone, diag_every_updates=10)
+    for _ in range(20):
+        learner.updated(0)
+    learner.flush()
+    assert "approximate" not in report(alone).summary()
+
+
+def test_the_hot_path_writes_nothing_to_disk_between_flushes(tmp_path):
+    """Log points record counts in memory; the file is written on ``flush`` (and by the clock every
+    ``flush_every_s``), not by the calls of a training loop."""
+    audit = Audit(tmp_path, diag_every_updates=5, flush_every_s=1e9)
+    for v in range(2000):
+        tag = audit.produced(0, v, episode_end=v % 50 == 49)
+        audit.sampled([tag] * 32, v)
+        audit.updated(0)
+    assert not list(tmp_path.glob("events-*.bin"))
+    audit.flush()
+    final = report(tmp_path).final
+    assert final[M.ENV_STEPS] == 2000 and final[M.UPDATES] == 2000 and final[M.POLICY_LAG_RUN_MAX] == 0

@@ -3,11 +3,13 @@ sampled and learned from, and where parameters are read and written. Every proce
 (forked, spawned, or started any other way) opens the same folder and appends its own event file;
 :mod:`dqnlab.audit.report` merges them, in time order, into the measurements dqnlab's engine reports.
 
-Hot path: numpy only, no lock, no inter-process traffic. Counts are kept in the process and written
-as cumulative snapshots at most every ``flush_every_s`` seconds (and at the report's log points);
-what needs an order across processes (updates, parameter reads and writes) is one 48-byte record
-each (six float64: :data:`RECORD`), buffered as a flat list of floats and appended to the process's
-file in blocks. Timestamps are ``time.monotonic()``, one clock for every process of a Linux machine.
+Hot path: numpy only, no lock, no inter-process traffic, no system call. Counts (transitions,
+episodes, draws, lags, updates, TD losses) are kept in the process and recorded as cumulative snapshots
+at the report's log points (every ``diag_every_updates`` updates); what needs an order across processes
+(parameter reads and writes, and from a process's first read or write on, each of its updates) is one
+48-byte record each (six float64: :data:`RECORD`). Records are buffered as a flat list of floats and
+appended to the process's file at most every ``flush_every_s`` seconds, when a block fills, and on
+:meth:`Audit.flush`. Timestamps are ``time.monotonic()``, one clock for every process of a Linux machine.
 """
 
 from __future__ import annotations
@@ -19,16 +21,13 @@ import os
 import random
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from time import monotonic
 
 import numpy as np
 
-from dqnlab.audit.tags import MAX_WORKERS, VERSION_BITS, VERSION_MASK, pack, worker_of
-
-_WORKER_SHIFT = VERSION_BITS
-_VERSION_MASK = VERSION_MASK
+from dqnlab.audit.tags import MAX_WORKERS, VERSION_BITS, VERSION_MASK, VERSION_MOD, pack, worker_of
 
 EVENT = np.dtype([("t", "f8"), ("kind", "i4"), ("who", "i4"), ("a", "f8"), ("b", "f8"), ("c", "f8")])
 """One event as :func:`read_events` returns it: its time, kind, the worker or writer it concerns, and up
@@ -41,7 +40,8 @@ PRODUCED = 1  # worker; env steps it produced (cumulative, this process); episod
 SAMPLED = 2  # worker; batch elements drawn from it (cumulative, this process)
 LAG = 3  # -1; sum of policy lags (cumulative); max lag (so far); batch elements (cumulative)
 RESIDENT = 4  # worker; its transitions resident in the buffer now (a snapshot from one call)
-UPDATE = 5  # writer; its updates (cumulative, this process); TD loss of this update (NaN if not given)
+UPDATE = 5  # writer; its updates (cumulative, this process); TD loss of this update (NaN if not given): one
+# update, recorded in its order among the reads and writes (a process that has read or written the parameters)
 SYNC = 6  # writer: its copy took the shared parameters
 WRITE = 7  # writer: its whole copy replaced the shared parameters (last writer wins)
 WRITE_BEGIN = 8  # writer: a write into the shared parameters starts (in place: hogwild, pushed gradients)
@@ -50,24 +50,28 @@ DIAG = 10  # diagnostic id (DIAG_NAMES); its value
 CONFIG = 11  # -1; gamma; reward bound (NaN: from the rewards); learning starts (env steps)
 REWARD = 12  # -1; largest |reward| seen by this process so far
 SUBSAMPLED = 13  # -1; the fraction of sampled batches counted (only written when below 1)
+UPDATES = 14  # writer; its updates (cumulative, this process): the ones since its previous UPDATE(S), counted
+# (a process that has not read or written the parameters: one learner whose order among writes does not matter)
+LOSS = 15  # -1; sum of the TD losses given since the previous LOSS record of this process; their number
 DIAG_NAMES = ("q_mean", "q_max", "q_min", "q_p05", "q_p50", "q_p95", "q_abs_max_current", "srank_current",
               "dormant_frac_tau0_current", "dormant_frac_tau0.1_current")  # fmt: skip
 BLOCK = 4096
-_BLOCK_FLOATS = BLOCK * 6
 _NAN = math.nan
-_INT64 = np.dtype(np.int64)
-PENDING = 16384
-"""Sampled tags held before they are counted (a batch of 128: every 128 batches)."""
+PENDING = 32768
+"""Sampled tags held before they are counted (256 KiB; batches of 128: at the log points, every 250
+updates by default, or every 256 batches)."""
+_BASES = [w << VERSION_BITS for w in range(MAX_WORKERS)]
+"""Worker w's tag for version 0 (its tags are ``_BASES[w] + version``)."""
 _LANES = np.arange(PENDING, dtype=np.int64) & 7
 """Element i's lane, ``i % 8`` (:meth:`Audit._count_workers`)."""
-_generation = 0
-"""Bumped in a forked child (``os.register_at_fork``): an Audit opened before the fork reopens its own
-file there (a flag read per call, not a ``getpid`` system call)."""
+_LIVE: weakref.WeakSet = weakref.WeakSet()
+"""Every Audit of this process: in a forked child each reopens at once (``os.register_at_fork``), with
+its own file and counters from zero, so no call checks which process it runs in."""
 
 
 def _after_fork_in_child() -> None:
-    global _generation
-    _generation += 1
+    for audit in list(_LIVE):
+        audit._open()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -116,12 +120,12 @@ class Audit:
         self._pid = None
         self._config = (gamma, np.nan if reward_bound is None else float(reward_bound), float(learning_starts))
         self._open()
+        _LIVE.add(self)
 
     # --- per process ------------------------------------------------------------------------------
     def _open(self) -> None:
-        """A file and counters of this process's own (a forked child reopens at its first call)."""
+        """A file and counters of this process's own (a forked child reopens as it starts)."""
         self._pid = os.getpid()
-        self._generation = _generation
         self._path = self.folder / f"events-{self._pid}-{uuid.uuid4().hex[:8]}.bin"
         self._rows: list[float] = []  # events not yet written, 6 floats each (extend: ~0.15 us; a numpy row ~5)
         self._file = None  # opened at the first block written (unbuffered: a forked child writes nothing twice)
@@ -135,11 +139,17 @@ class Audit:
         # is ~0.5 us; a list of 64 arrays concatenated at the fold cost ~3 us a batch), with each batch's
         # end and learner version in two lists
         self._pending = np.empty(PENDING, dtype=np.int64)
+        self._pending_view = memoryview(self._pending)  # a slice assignment into it: no numpy call, ~0.1 us
         self._scratch = np.empty(PENDING, dtype=np.int64)  # the fold's workers, then acting versions (no temporaries)
         self._pending_n = 0
         self._pending_ends: list[int] = []  # each pending batch's end in the pending array
         self._pending_versions: list[int] = []  # ... and the learner version it was drawn for
-        self._updates: dict[int, int] = {}
+        self._updates: dict[int, int] = {}  # writer -> its updates in this process (the current one's: _count)
+        self._log_points: dict[int, int] = {}  # writer -> its update count at its next log point
+        self._writer, self._count, self._next_log = 0, 0, self.diag_every  # the current writer
+        self._recorded: dict[int, int] = {}  # writer -> its updates the records already hold
+        self._ordered = False  # this process read or wrote the parameters: each update is one record from now on
+        self._loss_sum, self._loss_n = 0.0, 0  # TD losses given since the last LOSS record
         self._reward_max = 0.0
         self._last_flush = time.monotonic()
         self._calls = 0
@@ -151,10 +161,6 @@ class Audit:
         if self.sampled_fraction < 1.0:
             self._emit(SUBSAMPLED, -1, self.sampled_fraction)
 
-    def _check_process(self) -> None:
-        if self._generation != _generation:  # a forked child: its own file, counters from zero
-            self._open()
-
     def __getstate__(self) -> dict:
         """What a spawned process receives: the settings, not this process's counts or events."""
         return {"folder": self.folder, "q_fn": self.q_fn, "features_fn": self.features_fn,
@@ -164,6 +170,7 @@ class Audit:
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._open()
+        _LIVE.add(self)
 
     def _emit(self, kind: int, who: int, a: float = math.nan, b: float = math.nan, c: float = math.nan) -> None:
         self._rows += (time.monotonic(), kind, who, a, b, c)
@@ -171,6 +178,8 @@ class Audit:
             self._write_block()
 
     def _write_block(self) -> None:
+        if not self._rows:
+            return
         if self._file is None:
             self._file = open(self._path, "ab", buffering=0)  # noqa: SIM115 (kept open; closed by close())
         self._file.write(np.array(self._rows, dtype=np.float64).tobytes())
@@ -188,28 +197,27 @@ class Audit:
     def produced(self, worker: int, version: int, episode_end: bool = False, reward: float | None = None) -> int:
         """One transition produced by ``worker`` with an action chosen by parameter ``version``; returns its
         tag (keep it with the transition)."""
-        if self._generation != _generation:
-            self._open()
+        # Only operations a training loop keeps hot itself (int add and compare, list items, attributes):
+        # inside a loop, code the loop does not run is cold at every call (bit operations cost ~25 L1
+        # instruction-cache misses a step, measured with cachegrind)
         seq = self._seq[worker]
         self._seq[worker] = seq + 1
+        if seq == 0:
+            self._workers.append(worker)
         if episode_end:
             self._episodes[worker] += 1
         if reward is not None and abs(reward) > self._reward_max:
             self._reward_max = abs(reward)
-        if not seq & 63:  # this worker's first transition, and every 64th: the clock is read
-            self._every_64th(worker, seq)
-        # tags.pack, in Python ints (~30 ns; numpy scalars would take ~10 us)
-        return (worker << _WORKER_SHIFT) | (version & _VERSION_MASK)
-
-    def _every_64th(self, worker: int, seq: int) -> None:
-        if not seq:
-            self._workers.append(worker)
-        if time.monotonic() - self._last_flush >= self.flush_every_s:
-            self.flush()
+        calls = self._calls + 1
+        self._calls = calls
+        if calls >= self._next_check:  # every 64 calls: the clock is read
+            self._tick(0)
+        if 0 <= version < VERSION_MOD:  # tags.pack, in Python ints (numpy scalars would take ~10 us)
+            return _BASES[worker] + version
+        return _BASES[worker] + version % VERSION_MOD
 
     def produced_batch(self, worker: int, version: int, episode_ends, rewards=None) -> np.ndarray:
         """``len(episode_ends)`` transitions of one worker's vector of envs, one step each; their tags."""
-        self._check_process()
         ends = np.asarray(episode_ends, dtype=bool)
         n = ends.size
         seq = self._seq[worker]
@@ -226,15 +234,31 @@ class Audit:
     def sampled(self, tags, version: int, obs=None) -> None:
         """A batch drawn for an update made by parameter ``version`` (its tags; ``obs``, its states, are
         kept for the Q diagnostics)."""
-        if self._generation != _generation:
-            self._open()
         if self.sampled_fraction < 1.0 and self._draw() >= self.sampled_fraction:  # not counted (see __init__)
             if obs is not None:
                 self._obs = obs
             return
-        # copied and folded many batches at a time: one set of numpy calls per ~PENDING elements
-        if type(tags) is not np.ndarray or tags.dtype is not _INT64 or tags.ndim != 1:
-            tags = np.asarray(tags, dtype=np.int64).ravel()
+        # copied, then counted many batches at a time (one set of numpy calls per fold, :meth:`_fold`)
+        start = self._pending_n
+        try:  # a 1-D int64 array that fits: copied by the buffer protocol (any other input raises)
+            end = start + len(tags)
+            self._pending_view[start:end] = tags
+        except (TypeError, ValueError):  # another dtype or shape, a list, or the pending array full
+            self._sampled_any(tags, version)
+        else:
+            if end > start:
+                self._pending_n = end
+                self._pending_ends.append(end)
+                self._pending_versions.append(version)
+        if obs is not None:
+            self._obs = obs
+        self._calls += 1
+        if self._calls >= self._next_check:
+            self._tick(0)
+
+    def _sampled_any(self, tags, version: int) -> None:
+        """:meth:`sampled`'s tags of any array-like: as one int64 vector, folded first if they do not fit."""
+        tags = np.asarray(tags, dtype=np.int64).ravel()
         start = self._pending_n
         end = start + tags.size
         if end > PENDING:
@@ -242,34 +266,40 @@ class Audit:
             start, end = 0, tags.size
             if end > PENDING:  # a batch larger than the pending array: counted at once
                 self._count_sampled(tags, np.full(end, int(version), dtype=np.int64))
-                end = 0
+                return
         if end > start:
             self._pending[start:end] = tags
             self._pending_n = end
             self._pending_ends.append(end)
             self._pending_versions.append(version)
-        if obs is not None:
-            self._obs = obs
-        self._calls += 1
-        if self._calls >= self._next_check:
-            self._tick(0)
 
     def _fold(self) -> None:
         """Count the pending sampled batches: per-worker draws, policy lags."""
         n = self._pending_n
         if not n:
             return
-        ends = np.array(self._pending_ends, dtype=np.int64)
         tags = self._pending[:n]
-        scratch = self._scratch[:n]  # reused: a fold allocates no array of the pending size
-        self._count_workers(np.right_shift(tags, _WORKER_SHIFT, out=scratch))
-        acting = np.bitwise_and(tags, _VERSION_MASK, out=scratch)
+        ends = np.array(self._pending_ends, dtype=np.int64)
         sizes = np.diff(ends, prepend=0)
         starts = ends - sizes
-        learner = np.array(self._pending_versions, dtype=np.int64) & _VERSION_MASK
-        oldest, newest = np.minimum.reduceat(acting, starts), np.maximum.reduceat(acting, starts)
+        learner = np.array(self._pending_versions, dtype=np.int64) & VERSION_MASK
+        # each batch's smallest and largest tag: with one worker, its oldest and newest acting version
+        oldest, newest = np.minimum.reduceat(tags, starts), np.maximum.reduceat(tags, starts)
+        worker = int(oldest.min()) >> VERSION_BITS
+        if int(newest.max()) >> VERSION_BITS == worker:  # one worker: every tag is base + version (read-only)
+            self._sampled[worker] += n
+            base = worker << VERSION_BITS
+            acting_sum = int(tags.sum()) - n * base
+            oldest -= base
+            newest -= base
+        else:
+            scratch = self._scratch[:n]  # reused: a fold allocates no array of the pending size
+            self._count_workers(np.right_shift(tags, VERSION_BITS, out=scratch))
+            acting = np.bitwise_and(tags, VERSION_MASK, out=scratch)
+            oldest, newest = np.minimum.reduceat(acting, starts), np.maximum.reduceat(acting, starts)
+            acting_sum = int(acting.sum())
         if (newest <= learner).all():  # no version wrapped (2^28): lag = learner - acting, summed per batch
-            self._lag_sum += int(sizes @ learner) - int(acting.sum())
+            self._lag_sum += int(sizes @ learner) - acting_sum
             self._lag_max = max(self._lag_max, int((learner - oldest).max()))
             self._lag_n += n
         else:
@@ -296,53 +326,84 @@ class Audit:
     def _count_sampled(self, tags: np.ndarray, versions: np.ndarray) -> None:
         """Add drawn transitions (their tags, and the learner version each was drawn for) to the per-worker
         draws and the policy lags."""
-        workers = tags >> _WORKER_SHIFT
+        workers = tags >> VERSION_BITS
         self._sampled[: int(workers.max()) + 1] += np.bincount(workers)
         self._count_lags(tags, versions)
 
     def _count_lags(self, tags: np.ndarray, versions: np.ndarray) -> None:
-        lags = (versions - (tags & _VERSION_MASK)) & _VERSION_MASK  # modulo 2^28
+        lags = (versions - (tags & VERSION_MASK)) & VERSION_MASK  # modulo 2^28
         self._lag_sum += int(lags.sum())
         self._lag_max = max(self._lag_max, int(lags.max()))
         self._lag_n += tags.size
 
     def updated(self, writer: int = 0, td_loss: float | None = None) -> None:
-        """``writer`` applied one gradient update (to its copy, or to the shared parameters in place)."""
-        if self._generation != _generation:
-            self._open()
-        updates = self._updates
-        count = updates.get(writer, 0) + 1
-        updates[writer] = count
-        rows = self._rows  # _emit, inlined: this runs once per update
-        rows += (monotonic(), UPDATE, writer, count, _NAN if td_loss is None else float(td_loss), _NAN)
-        if len(rows) >= _BLOCK_FLOATS:
-            self._write_block()
-        if not count % self.diag_every:
+        """``writer`` applied one gradient update (to its copy, or to the shared parameters in place).
+
+        Counted, like transitions, until this process first reads or writes the parameters
+        (:meth:`synced`, :meth:`wrote`, :meth:`writing`): one learner's updates need no order among
+        other processes' writes. From then on each update is one record, in its order among the reads and
+        writes (the lineage of lost updates is exact)."""
+        if writer == self._writer:  # the writer of the previous call (one learner: always)
+            count = self._count + 1
+            self._count = count
+        else:
+            count = self._switch_writer(writer)
+        if self._ordered:
+            self._recorded[writer] = count
+            self._emit(UPDATE, writer, count, _NAN if td_loss is None else float(td_loss))
+        elif td_loss is not None:
+            self._loss_sum += float(td_loss)
+            self._loss_n += 1
+        if count >= self._next_log:  # a log point: Q on current data, every count recorded (not written)
+            self._next_log = count + self.diag_every
             if self.q_fn is not None and self._obs is not None:
                 self._diagnostics()
-            self.flush()  # this process's counts, fresh at the report's log points
-        self._calls += 1
-        if self._calls >= self._next_check:
+            self._snapshot()
+        calls = self._calls + 1
+        self._calls = calls
+        if calls >= self._next_check:
             self._tick(0)
+
+    def _switch_writer(self, writer: int) -> int:
+        """Park the current writer's count and log point, take ``writer``'s; its count after this update."""
+        self._updates[self._writer] = self._count
+        self._log_points[self._writer] = self._next_log
+        self._writer = writer
+        self._count = self._updates.get(writer, 0) + 1
+        self._next_log = self._log_points.get(writer, self.diag_every)
+        return self._count
+
+    def _all_updates(self) -> dict[int, int]:
+        """Each writer's updates in this process."""
+        if self._count:
+            self._updates[self._writer] = self._count
+        return self._updates
+
+    def _order(self) -> None:
+        """This process reads or writes the parameters: its updates so far are recorded, each later one
+        gets its own record."""
+        if not self._ordered:
+            self._record_updates()
+            self._ordered = True
 
     def synced(self, writer: int) -> None:
         """``writer``'s copy now holds the shared parameters. Call it inside the critical section that
         reads them (under the same lock as the writes): the lineage is exact when the events' order is
         the reads' and writes' own order."""
-        self._check_process()
+        self._order()
         self._emit(SYNC, writer)
 
     def wrote(self, writer: int) -> None:
         """``writer``'s whole copy replaced the shared parameters. Call it inside the critical section that
         writes them (see :meth:`synced`)."""
-        self._check_process()
+        self._order()
         self._emit(WRITE, writer)
 
     @contextlib.contextmanager
     def writing(self, writer: int) -> Iterator[None]:
         """Around an in-place write into the shared parameters (a lock-free optimizer step, a pushed
         gradient): two writes whose spans overlap raced."""
-        self._check_process()
+        self._order()
         self._emit(WRITE_BEGIN, writer)
         try:
             yield
@@ -351,7 +412,6 @@ class Audit:
 
     def resident(self, tags) -> None:
         """The tags of every transition in the buffer now (its resident share per worker)."""
-        self._check_process()
         counts = np.bincount(worker_of(np.asarray(tags, dtype=np.int64).ravel()), minlength=MAX_WORKERS)
         for w in np.flatnonzero(counts):
             self._emit(RESIDENT, int(w), float(counts[w]))
@@ -375,9 +435,14 @@ class Audit:
     # --- writing out -------------------------------------------------------------------------------
     def flush(self) -> None:
         """Write this process's cumulative counts and every buffered event to its file."""
-        self._check_process()
         self._last_flush = time.monotonic()
+        self._snapshot()
+        self._write_block()
+
+    def _snapshot(self) -> None:
+        """Record this process's cumulative counts (buffered; :meth:`flush` writes them)."""
         self._fold()
+        self._record_updates()
         # cumulative snapshots: the report keeps each process's latest, so one repeated changes nothing
         for w in self._workers:
             self._emit(PRODUCED, w, float(self._seq[w]), float(self._episodes[w]))
@@ -387,8 +452,17 @@ class Audit:
             self._emit(LAG, -1, float(self._lag_sum), float(self._lag_max), float(self._lag_n))
         if self._reward_max:
             self._emit(REWARD, -1, self._reward_max)
-        if self._rows:
-            self._write_block()
+
+    def _record_updates(self) -> None:
+        """Each writer's counted updates since its last record, and the TD losses given with them."""
+        recorded = self._recorded
+        for w, count in self._all_updates().items():
+            if recorded.get(w, 0) != count:
+                recorded[w] = count
+                self._emit(UPDATES, w, float(count))
+        if self._loss_n:
+            self._emit(LOSS, -1, self._loss_sum, float(self._loss_n))
+            self._loss_sum, self._loss_n = 0.0, 0
 
     def close(self) -> None:
         """Flush, and close this process's file (a later event reopens it)."""

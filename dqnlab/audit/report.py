@@ -25,6 +25,7 @@ from dqnlab.audit.recorder import (
     DIAG,
     DIAG_NAMES,
     LAG,
+    LOSS,
     PRODUCED,
     RESIDENT,
     REWARD,
@@ -32,6 +33,7 @@ from dqnlab.audit.recorder import (
     SUBSAMPLED,
     SYNC,
     UPDATE,
+    UPDATES,
     WRITE,
     WRITE_BEGIN,
     WRITE_END,
@@ -48,7 +50,9 @@ class _State:
     resident: dict = field(default_factory=dict)  # source -> {worker: transitions}, its latest complete snapshot
     pending_resident: dict = field(default_factory=dict)  # source -> the snapshot being read
     updates: int = 0
-    td_losses: list = field(default_factory=list)
+    recorded: dict = field(default_factory=dict)  # (source, writer) -> its updates recorded so far
+    td_sum: float = 0.0  # TD losses since the previous row: their sum and number
+    td_n: float = 0.0
     td_loss: float = math.nan
     diag: dict = field(default_factory=dict)
     reward_max: float = 0.0
@@ -69,9 +73,10 @@ class Lineage:
         """Updates that reached the shared parameters at some point (written back, or applied in place)."""
         self.applied = 0
 
-    def update(self, writer: int) -> None:
-        bit = 1 << self.applied
-        self.applied += 1
+    def update(self, writer: int, count: int = 1) -> None:
+        """``count`` updates by ``writer``, in a row."""
+        bit = ((1 << count) - 1) << self.applied
+        self.applied += count
         if writer in self.copy_writers:
             self.copies[writer] = self.copies.get(writer, 0) | bit
         else:
@@ -98,11 +103,23 @@ class Lineage:
         return self.applied - self.shared.bit_count()
 
 
-def lineage(events: np.ndarray) -> Lineage:
-    """The lineage after every UPDATE, SYNC and WRITE of ``events`` (in time order)."""
+def lineage(events: np.ndarray, source: np.ndarray | None = None) -> Lineage:
+    """The lineage after every UPDATE(S), SYNC and WRITE of ``events`` (in time order; ``source``, each
+    event's process: counted UPDATES are cumulative per process and writer; default one process)."""
+    source = np.zeros(events.size, dtype=np.int64) if source is None else source
     book = Lineage({int(w) for w in events["who"][events["kind"] == WRITE]})
-    for e in events[np.isin(events["kind"], (UPDATE, SYNC, WRITE))]:
-        {UPDATE: book.update, SYNC: book.sync, WRITE: book.write}[int(e["kind"])](int(e["who"]))
+    recorded: dict = {}
+    for e, src in zip(events, source):
+        kind, who = int(e["kind"]), int(e["who"])
+        if kind in (UPDATE, UPDATES):
+            count = int(e["a"]) - recorded.get((src, who), 0)  # both carry the writer's running total
+            recorded[(src, who)] = int(e["a"])
+            if count:
+                book.update(who, count)
+        elif kind == SYNC:
+            book.sync(who)
+        elif kind == WRITE:
+            book.write(who)
     return book
 
 
@@ -134,6 +151,9 @@ class AuditReport:
         lines.append(f"lost updates: {f.get(M.LOST_UPDATES, 0):.0f} ({f.get(M.LOST_UPDATE_FRAC, 0):.1%} of the updates"
                      f"; effective UTD {f.get('utd_effective', math.nan):.4f}); raced writes: "
                      f"{f.get(M.RACED_WRITE_FRAC, 0):.1%}")  # fmt: skip
+        if self.config.get("in_place_placed_at_log_points"):
+            lines.append("  (approximate: in-place updates of a process that never read or wrote the parameters are placed "
+                         "at its log points among the copies written back; wrap each in `with audit.writing(w):`)")
         lines.append("worker  produced  resident  sampled  episodes")
         for w in self.workers:
             row = [f.get(M.worker_share(w, k), math.nan) for k in M.SHARE_KINDS]
@@ -206,9 +226,10 @@ def report(folder: str | Path, every_updates: int | None = None) -> AuditReport:
         config = {"gamma": float(cfg["a"][0]), "reward_bound": float(cfg["b"][0]), "learning_starts": float(cfg["c"][0])}
     sub = events["a"][events["kind"] == SUBSAMPLED]
     config["sampled_fraction"] = float(sub.min()) if sub.size else 1.0
-    total_updates = int((events["kind"] == UPDATE).sum())
+    total_updates = _total_updates(events, source)
     every = every_updates or max(1, total_updates // 100)
     book = Lineage({int(w) for w in events["who"][events["kind"] == WRITE]})
+    config["in_place_placed_at_log_points"] = float(_counted_in_place_among_copies(events, book.copy_writers))
     s, rows = _State(), []
     t0 = float(events["t"][0])  # time_s: seconds since the run's first event
     workers: set[int] = set()
@@ -230,14 +251,22 @@ def report(folder: str | Path, every_updates: int | None = None) -> AuditReport:
             s.reward_max = max(s.reward_max, e["a"])
         elif kind == DIAG:
             s.diag[DIAG_NAMES[who]] = e["a"]
-        elif kind in (UPDATE, SYNC, WRITE):
-            {UPDATE: book.update, SYNC: book.sync, WRITE: book.write}[kind](who)
-            if kind == UPDATE:
-                s.updates += 1
-                if not math.isnan(e["b"]):
-                    s.td_losses.append(e["b"])
-                if s.updates % every == 0:
+        elif kind in (UPDATE, UPDATES):  # one update in its order, or those counted since the last record
+            count = int(e["a"]) - s.recorded.get((src, who), 0)  # both carry the writer's running total
+            s.recorded[(src, who)] = int(e["a"])
+            if count:
+                book.update(who, count)
+                before, s.updates = s.updates, s.updates + count
+                if kind == UPDATE and not math.isnan(e["b"]):
+                    s.td_sum, s.td_n = s.td_sum + e["b"], s.td_n + 1
+                if s.updates // every > before // every:
                     rows.append(_row(s, book, e["t"] - t0, config, workers))
+        elif kind == LOSS:
+            s.td_sum, s.td_n = s.td_sum + e["a"], s.td_n + e["b"]
+        elif kind == SYNC:
+            book.sync(who)
+        elif kind == WRITE:
+            book.write(who)
         elif kind == WRITE_BEGIN:  # keyed by (process, writer): two processes may reuse a writer id
             if s.open_writes:
                 s.open_writes = dict.fromkeys(s.open_writes, True)
@@ -276,9 +305,9 @@ def _row(s: _State, book: Lineage, t: float, config: dict, workers: set[int]) ->
         total = sum(counts.values())
         for w in workers:
             row[M.worker_share(w, kind)] = counts.get(w, 0.0) / total if total else math.nan
-    if s.td_losses:  # the mean TD loss of the updates since the previous row (kept while none came since)
-        s.td_loss = float(np.mean(s.td_losses))
-        s.td_losses.clear()
+    if s.td_n:  # the mean TD loss of the updates since the previous row (kept while none came since)
+        s.td_loss = s.td_sum / s.td_n
+        s.td_sum, s.td_n = 0.0, 0.0
     if not math.isnan(s.td_loss):
         row[M.TD_LOSS] = s.td_loss
     for name, v in s.diag.items():
@@ -289,6 +318,22 @@ def _row(s: _State, book: Lineage, t: float, config: dict, workers: set[int]) ->
         row[M.Q_LIMIT] = limit
         row[M.SOFT_DIVERGENCE] = float(not math.isfinite(s.diag[M.Q_ABS_MAX_CURRENT]) or s.diag[M.Q_ABS_MAX_CURRENT] > limit)
     return row
+
+
+def _total_updates(events: np.ndarray, source: np.ndarray) -> int:
+    """Every update of the run: each (process, writer)'s running total in its last UPDATE(S) record."""
+    mask = np.isin(events["kind"], (UPDATE, UPDATES))
+    last: dict = {}
+    for who, total, src in zip(events["who"][mask], events["a"][mask], source[mask]):
+        last[(int(src), int(who))] = int(total)
+    return sum(last.values())
+
+
+def _counted_in_place_among_copies(events: np.ndarray, copy_writers: set[int]) -> bool:
+    """Some updates applied in place were counted (their process never read or wrote the parameters) in
+    a run where copies are written back: the lineage places them at their log points."""
+    counted = events["who"][events["kind"] == UPDATES]
+    return bool(copy_writers) and any(int(w) not in copy_writers for w in counted)
 
 
 def _by_worker(counts: dict) -> dict[int, float]:
