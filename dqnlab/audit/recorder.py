@@ -91,13 +91,18 @@ class Audit:
       around an in-place write (lock-free optimizer steps, pushed gradients);
     - now and then: ``audit.resident(tags_in_buffer)``.
 
+    A process that never reads or writes the shared parameters (one learner) has its updates counted, not
+    recorded one by one: where other processes write copies back, wrap each in-place step in
+    :meth:`writing` so its order among their writes is exact (otherwise the report places those updates at
+    their log points and says the lost count is approximate).
+
     ``q_fn(obs) -> (N, A)`` (and ``features_fn(obs) -> (N, d)``, the penultimate layer) turn on the Q
     statistics and collapse signs, measured every ``diag_every_updates`` updates on the latest
     sampled batch (current data). ``gamma``/``reward_bound`` set what the env can pay (soft
     divergence); ``learning_starts`` (env steps) is subtracted in the realised UTD, as dqnlab does.
 
     ``sampled_fraction`` (0 < f <= 1, default 1: every batch) counts each sampled batch with
-    probability f, drawn independently per batch, for a loop where even the ~2 us of :meth:`sampled`
+    probability f, drawn independently per batch, for a loop where even the ~0.4 us of :meth:`sampled`
     shows: the sampled shares and the mean policy lag are then unbiased estimates (a share's standard
     error is sqrt(p(1 - p) / (f * elements drawn)), under 0.003 for 1,000 batches of 128 at f = 0.25),
     the max lag is the max over the counted batches, and the report says so. Everything else (produced,

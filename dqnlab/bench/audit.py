@@ -21,7 +21,7 @@ reading. ``--hidden 256`` gives a slower loop (RL Zoo's CartPole network width).
 same calls into an audit that does nothing: what the calls and the tag plumbing cost by themselves),
 and ``produced``, ``sampled``, ``updated`` (that call real, the others the null audit's).
 Under valgrind a loop runs ~50x slower, so the audit's once-a-second flush fires ~50x more often per
-step than natively: ``--one`` sets ``flush_every_s`` to 10^9 (the log points' flushes remain).
+step than natively: ``--one`` sets ``flush_every_s`` to 10^9 (the log points record their counts in memory).
 """
 
 from __future__ import annotations
