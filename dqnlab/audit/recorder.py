@@ -3,9 +3,10 @@ sampled and learned from, and where parameters are read and written. Every proce
 (forked, spawned, or started any other way) opens the same folder and appends its own event file;
 :mod:`dqnlab.audit.report` merges them, in time order, into the measurements dqnlab's engine reports.
 
-Hot path: numpy only, no lock, no inter-process traffic, no system call. Counts (transitions,
-episodes, draws, lags, updates, TD losses) are kept in the process and recorded as cumulative snapshots
-at the report's log points (every ``diag_every_updates`` updates); what needs an order across processes
+Hot path: numpy only, no lock, no inter-process traffic, no system call but the file's append (once a
+second). Counts (transitions, episodes, draws, lags, updates) are kept in the process and recorded as
+cumulative snapshots, TD losses as sums since the previous record, at the report's log points (every
+``diag_every_updates`` updates); what needs an order across processes
 (parameter reads and writes, and from a process's first read or write on, each of its updates) is one
 48-byte record each (six float64: :data:`RECORD`). Records are buffered as a flat list of floats and
 appended to the process's file at most every ``flush_every_s`` seconds, when a block fills, and on
@@ -357,8 +358,10 @@ class Audit:
             self._recorded[writer] = count
             self._emit(UPDATE, writer, count, _NAN if td_loss is None else float(td_loss))
         elif td_loss is not None:
-            self._loss_sum += float(td_loss)
-            self._loss_n += 1
+            loss = float(td_loss)
+            if loss == loss:  # a NaN loss counts as not given, as in an UPDATE record
+                self._loss_sum += loss
+                self._loss_n += 1
         if count >= self._next_log:  # a log point: Q on current data, every count recorded (not written)
             self._next_log = count + self.diag_every
             if self.q_fn is not None and self._obs is not None:
@@ -460,14 +463,14 @@ class Audit:
 
     def _record_updates(self) -> None:
         """Each writer's counted updates since its last record, and the TD losses given with them."""
+        if self._loss_n:  # before the counts: the report closes a row at an UPDATES record
+            self._emit(LOSS, -1, self._loss_sum, float(self._loss_n))
+            self._loss_sum, self._loss_n = 0.0, 0
         recorded = self._recorded
         for w, count in self._all_updates().items():
             if recorded.get(w, 0) != count:
                 recorded[w] = count
                 self._emit(UPDATES, w, float(count))
-        if self._loss_n:
-            self._emit(LOSS, -1, self._loss_sum, float(self._loss_n))
-            self._loss_sum, self._loss_n = 0.0, 0
 
     def close(self) -> None:
         """Flush, and close this process's file (a later event reopens it)."""

@@ -3,11 +3,14 @@ vocabulary (:mod:`dqnlab.metrics`): per-worker produced, resident, sampled and e
 lag, the realised UTD over time, lost updates and raced writes, TD loss, Q statistics and collapse
 signs on current data; as a table over time, a console summary, a figure and MLflow metrics.
 
-Lost updates are reconstructed exactly from the order of events (:func:`lineage`): every update gets
+Lost updates are reconstructed from the order of events (:func:`lineage`): every update gets
 an id; a writer that writes its copy back keeps the ids its copy holds, a writer that never does
 applies its updates to the shared parameters in place; a read (``synced``) makes a copy the shared
 parameters, a write (``wrote``) makes the shared parameters the copy. An update is lost when the
-shared parameters no longer hold it.
+shared parameters no longer hold it. Exact where each update that can race a write back is recorded in
+its order (every update of a process that reads or writes the parameters); updates counted at log
+points (a process that never does) are placed there, and the summary says so when copies are written
+back by others.
 """
 
 from __future__ import annotations
@@ -103,10 +106,10 @@ class Lineage:
         return self.applied - self.shared.bit_count()
 
 
-def lineage(events: np.ndarray, source: np.ndarray | None = None) -> Lineage:
-    """The lineage after every UPDATE(S), SYNC and WRITE of ``events`` (in time order; ``source``, each
-    event's process: counted UPDATES are cumulative per process and writer; default one process)."""
-    source = np.zeros(events.size, dtype=np.int64) if source is None else source
+def lineage(events: np.ndarray, source: np.ndarray) -> Lineage:
+    """The lineage after every UPDATE(S), SYNC and WRITE of ``events`` (in time order, as
+    :func:`~dqnlab.audit.recorder.read_events` returns them with ``source``, each event's process: the
+    records carry running totals per process and writer)."""
     book = Lineage({int(w) for w in events["who"][events["kind"] == WRITE]})
     recorded: dict = {}
     for e, src in zip(events, source):
@@ -125,8 +128,10 @@ def lineage(events: np.ndarray, source: np.ndarray | None = None) -> Lineage:
 
 @dataclass
 class AuditReport:
-    """``timeline``: one row per log point (every ``every_updates`` updates and at the end), its columns
-    named as dqnlab names them; ``final``: its last row; ``workers``: the worker ids seen."""
+    """``timeline``: one row each time the updates pass a multiple of ``every_updates`` (and at the end;
+    a process that counts its updates records them at its log points, every ``diag_every_updates``, so
+    rows are no finer than that), its columns named as dqnlab names them; ``final``: its last row;
+    ``workers``: the worker ids seen."""
 
     timeline: pd.DataFrame
     workers: list[int]
