@@ -32,6 +32,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import NullLocator
 
 from analysis.curves import soft_divergence_counts
 from analysis.family import Family
@@ -168,7 +169,8 @@ def _figure(cells_by_env: dict[str, pd.DataFrame]) -> plt.Figure:
                                       "check", "final max |Q| on current data (median; log)"]):  # fmt: skip
             ax.set_xscale("log", base=2)
             ax.set_xticks([0.25, 1, 4, 16], ["0.25", "1", "4", "16"])
-            ax.minorticks_off()
+            ax.xaxis.set_minor_locator(NullLocator())  # the y axis keeps its minor ticks: a log axis within a
+            # decade (Acrobot's max |Q|) has no major tick to label
             ax.set(xlabel="UTD (updates per env step)", ylabel=ylabel, title=env)
         axrow[0].legend(fontsize=8)
     fig.suptitle("Finding 4 with a Polyak target (tau per update or per env step, the hard period's mean lag) beside "
