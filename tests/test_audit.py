@@ -391,6 +391,23 @@ def test_the_report_says_when_counted_in_place_updates_meet_copies_written_back(
     assert "approximate" not in report(alone).summary()
 
 
+def test_a_copy_belongs_to_its_process_even_when_another_process_uses_the_same_writer_id(tmp_path):
+    """Two processes both call their writer 1: one writes its copy back, the other (a learner that never
+    reads or writes) applies 10 updates in place before that write. The write drops those 10: keyed by
+    writer id alone, they were booked into the other process's copy and nothing was lost."""
+    copier = Audit(tmp_path)  # two Audits on one folder: two event files, read as two processes
+    learner = Audit(tmp_path, diag_every_updates=10)
+    copier.synced(1)
+    for _ in range(10):
+        learner.updated(1)  # counted; recorded at its log point (the 10th), before the write below
+    copier.updated(1)
+    copier.wrote(1)
+    learner.flush(), copier.flush()
+    rep = report(tmp_path)
+    assert rep.final[M.UPDATES] == 11 and rep.final[M.LOST_UPDATES] == 10
+    assert "approximate: in-place updates" in rep.summary()
+
+
 def test_the_hot_path_writes_nothing_to_disk_between_flushes(tmp_path):
     """Log points record counts in memory; the file is written on ``flush`` (and by the clock every
     ``flush_every_s``), not by the calls of a training loop."""

@@ -66,9 +66,10 @@ class _State:
 
 class Lineage:
     """Which updates the shared parameters hold (bit ``i``: update ``i``), given the writers that write
-    whole copies back (the others apply updates in place)."""
+    whole copies back (the others apply updates in place). A writer is any hashable key: the report keys
+    each by (process, writer id), as a copy lives in one process."""
 
-    def __init__(self, copy_writers: set[int]):
+    def __init__(self, copy_writers: set):
         self.copy_writers = copy_writers
         self.shared = 0
         self.copies: dict[int, int] = {}
@@ -110,20 +111,26 @@ def lineage(events: np.ndarray, source: np.ndarray) -> Lineage:
     """The lineage after every UPDATE(S), SYNC and WRITE of ``events`` (in time order, as
     :func:`~dqnlab.audit.recorder.read_events` returns them with ``source``, each event's process: the
     records carry running totals per process and writer)."""
-    book = Lineage({int(w) for w in events["who"][events["kind"] == WRITE]})
+    book = Lineage(_copy_writers(events, source))
     recorded: dict = {}
     for e, src in zip(events, source):
-        kind, who = int(e["kind"]), int(e["who"])
+        kind, key = int(e["kind"]), (int(src), int(e["who"]))
         if kind in (UPDATE, UPDATES):
-            count = int(e["a"]) - recorded.get((src, who), 0)  # both carry the writer's running total
-            recorded[(src, who)] = int(e["a"])
+            count = int(e["a"]) - recorded.get(key, 0)  # both carry the writer's running total
+            recorded[key] = int(e["a"])
             if count:
-                book.update(who, count)
+                book.update(key, count)
         elif kind == SYNC:
-            book.sync(who)
+            book.sync(key)
         elif kind == WRITE:
-            book.write(who)
+            book.write(key)
     return book
+
+
+def _copy_writers(events: np.ndarray, source: np.ndarray) -> set[tuple[int, int]]:
+    """The (process, writer) pairs that write whole copies back."""
+    writes = events["kind"] == WRITE
+    return {(int(src), int(w)) for src, w in zip(source[writes], events["who"][writes])}
 
 
 @dataclass
@@ -233,8 +240,8 @@ def report(folder: str | Path, every_updates: int | None = None) -> AuditReport:
     config["sampled_fraction"] = float(sub.min()) if sub.size else 1.0
     total_updates = _total_updates(events, source)
     every = every_updates or max(1, total_updates // 100)
-    book = Lineage({int(w) for w in events["who"][events["kind"] == WRITE]})
-    config["in_place_placed_at_log_points"] = float(_counted_in_place_among_copies(events, book.copy_writers))
+    book = Lineage(_copy_writers(events, source))  # a copy lives in one process: keyed by (process, writer)
+    config["in_place_placed_at_log_points"] = float(_counted_in_place_among_copies(events, source, book.copy_writers))
     s, rows = _State(), []
     t0 = float(events["t"][0])  # time_s: seconds since the run's first event
     workers: set[int] = set()
@@ -260,7 +267,7 @@ def report(folder: str | Path, every_updates: int | None = None) -> AuditReport:
             count = int(e["a"]) - s.recorded.get((src, who), 0)  # both carry the writer's running total
             s.recorded[(src, who)] = int(e["a"])
             if count:
-                book.update(who, count)
+                book.update((int(src), who), count)
                 before, s.updates = s.updates, s.updates + count
                 if kind == UPDATE and not math.isnan(e["b"]):
                     s.td_sum, s.td_n = s.td_sum + e["b"], s.td_n + 1
@@ -269,9 +276,9 @@ def report(folder: str | Path, every_updates: int | None = None) -> AuditReport:
         elif kind == LOSS:
             s.td_sum, s.td_n = s.td_sum + e["a"], s.td_n + e["b"]
         elif kind == SYNC:
-            book.sync(who)
+            book.sync((int(src), who))
         elif kind == WRITE:
-            book.write(who)
+            book.write((int(src), who))
         elif kind == WRITE_BEGIN:  # keyed by (process, writer): two processes may reuse a writer id
             if s.open_writes:
                 s.open_writes = dict.fromkeys(s.open_writes, True)
@@ -334,11 +341,12 @@ def _total_updates(events: np.ndarray, source: np.ndarray) -> int:
     return sum(last.values())
 
 
-def _counted_in_place_among_copies(events: np.ndarray, copy_writers: set[int]) -> bool:
+def _counted_in_place_among_copies(events: np.ndarray, source: np.ndarray, copy_writers: set) -> bool:
     """Some updates applied in place were counted (their process never read or wrote the parameters) in
     a run where copies are written back: the lineage places them at their log points."""
-    counted = events["who"][events["kind"] == UPDATES]
-    return bool(copy_writers) and any(int(w) not in copy_writers for w in counted)
+    counted = events["kind"] == UPDATES
+    keys = zip(source[counted], events["who"][counted])
+    return bool(copy_writers) and any((int(src), int(w)) not in copy_writers for src, w in keys)
 
 
 def _by_worker(counts: dict) -> dict[int, float]:
