@@ -3,7 +3,7 @@ vocabulary (:mod:`dqnlab.metrics`): per-worker produced, resident, sampled and e
 lag, the realised UTD over time, lost updates and raced writes, TD loss, Q statistics and collapse
 signs on current data; as a table over time, a console summary, a figure and MLflow metrics.
 
-Lost updates are reconstructed from the order of events (:func:`lineage`): every update gets
+Lost updates are reconstructed from the order of events (:class:`Lineage`): every update gets
 an id; a writer that writes its copy back keeps the ids its copy holds, a writer that never does
 applies its updates to the shared parameters in place; a read (``synced``) makes a copy the shared
 parameters, a write (``wrote``) makes the shared parameters the copy. An update is lost when the
@@ -105,26 +105,6 @@ class Lineage:
         """Updates applied whose effect the shared parameters do not hold: at the end of a run, the exact
         lost count (what the final parameters lack)."""
         return self.applied - self.shared.bit_count()
-
-
-def lineage(events: np.ndarray, source: np.ndarray) -> Lineage:
-    """The lineage after every UPDATE(S), SYNC and WRITE of ``events`` (in time order, as
-    :func:`~dqnlab.audit.recorder.read_events` returns them with ``source``, each event's process: the
-    records carry running totals per process and writer)."""
-    book = Lineage(_copy_writers(events, source))
-    recorded: dict = {}
-    for e, src in zip(events, source):
-        kind, key = int(e["kind"]), (int(src), int(e["who"]))
-        if kind in (UPDATE, UPDATES):
-            count = int(e["a"]) - recorded.get(key, 0)  # both carry the writer's running total
-            recorded[key] = int(e["a"])
-            if count:
-                book.update(key, count)
-        elif kind == SYNC:
-            book.sync(key)
-        elif kind == WRITE:
-            book.write(key)
-    return book
 
 
 def _copy_writers(events: np.ndarray, source: np.ndarray) -> set[tuple[int, int]]:
