@@ -31,26 +31,10 @@ from dqnlab.agent.adam import StackedAdam
 from dqnlab.agent.batch import Batch
 from dqnlab.agent.diagnostics import q_statistics
 from dqnlab.agent.networks import QNetwork, StackedQ
+from dqnlab.agent.reference import td_target
 from dqnlab.agent.schedules import Periodic, PolyakClock
 from dqnlab.config import Config
 from dqnlab.metrics import GRAD_NORM, TD_LOSS_LAST
-
-
-def td_target(
-    rewards: torch.Tensor,
-    terminated: torch.Tensor,
-    next_q_target: torch.Tensor,
-    gamma: float,
-    next_q_online: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """``r + gamma * (1 - terminated) * V(s')`` over the last axis of the Q-values; ``V`` from the
-    target net, with the greedy action of the online net when ``next_q_online`` is given (double
-    DQN). Truncation does not stop it. Any leading shape: ``(B, A)`` or ``(K, B, A)``."""
-    if next_q_online is None:
-        next_v = next_q_target.max(dim=-1).values
-    else:
-        next_v = next_q_target.gather(-1, next_q_online.argmax(dim=-1, keepdim=True)).squeeze(-1)
-    return torch.add(rewards, next_v.masked_fill(terminated, 0.0), alpha=gamma)
 
 
 def clip_per_replica_(grads: torch.Tensor, max_norm: float) -> torch.Tensor:

@@ -8,9 +8,12 @@
 - ``a3c``: A3C-style gradient pushing (Mnih et al. 2016's asynchronous one-step Q-learning): each
   worker computes its gradient on a local copy, synced from the shared vector at each of its actor's
   weight pulls (every ``sync_every`` of its env steps), and applies it to the shared vector with its
-  own optimizer, without a lock. The gradient is *stale*: computed at parameters that the other
-  workers' pushes have moved since the sync; its age (shared updates since the copy's sync) is
-  measured, and a push that overlaps another one raced, as in ``hogwild``. Nothing is overwritten.
+  own optimizer, without a lock. Each push carries the gradient of its own batch alone (the local
+  copy's gradient is cleared before each backward). The gradient is *stale*: computed at parameters
+  that the other workers' pushes have moved since the sync; its age is measured (pushes completed
+  between the copy's sync and this push's start: one approximation, a push still in flight at either
+  moment is not counted, though part of its write may or may not be in the copy), and a push that
+  overlaps another one raced, as in ``hogwild``. Nothing is overwritten.
 - ``local_copies``: what users describe: each worker trains its own copy on its own transitions
   between syncs (every ``sync_every`` of its env steps it reads the shared vector), and writes its
   whole vector back after every update; the last writer wins. Which updates each vector contains is
@@ -32,10 +35,9 @@ import time
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from dqnlab.agent.batch import Batch
-from dqnlab.agent.learner import td_target
+from dqnlab.agent.reference import dqn_gradient, update_target
 from dqnlab.agent.networks import QNetwork, flatten_into
 from dqnlab.agent.policy import ParamLayout
 from dqnlab.agent.schedules import Periodic
@@ -180,17 +182,11 @@ class WorkerUpdates:
         return done
 
     def _update(self, uid: int) -> None:
-        a = self.config.agent
         batch = self._sample()
-        obs, actions, rewards, next_obs, terminated = (torch.from_numpy(x[0]) for x in (
-            batch.obs, batch.actions, batch.rewards, batch.next_obs, batch.terminated))  # fmt: skip
-        with torch.no_grad():
-            y = td_target(rewards, terminated, self.target(next_obs), a.gamma, self.net(next_obs) if a.double_dqn else None)
-        q = self.net(obs).gather(1, actions.unsqueeze(1)).squeeze(1)
-        loss = F.mse_loss(q, y) if a.loss == "mse" else F.smooth_l1_loss(q, y)
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.net.parameters(), a.max_grad_norm)
+        arrays = tuple(torch.from_numpy(x[0]) for x in batch.learner_arrays())
+        # this batch's gradient alone, on the copy it was computed at (a3c: the local copy, never the
+        # shared floats' own gradient, so no push carries an earlier batch's)
+        dqn_gradient(self.net, self.target, arrays, self.config.agent)
         c = self.shared.counters
         if self.mode in ("hogwild", "a3c"):
             if self.mode == "a3c":  # the local copy's gradient, pushed into the shared parameters
@@ -224,9 +220,7 @@ class WorkerUpdates:
                 self.replay.set_updates(int(c[DONE]))
         done = int(c[DONE])
         if self._target_due(done):
-            with torch.no_grad():
-                for t, p in zip(self.target.parameters(), self.net.parameters()):
-                    t.copy_(p)
+            update_target(self.target, self.net, 1.0)
 
     def _target_due(self, done: int) -> bool:
         """A hard copy of this worker's target is due: a multiple of the period was passed since its last
