@@ -41,8 +41,9 @@ PRODUCED = 1  # worker; env steps it produced (cumulative, this process); episod
 SAMPLED = 2  # worker; batch elements drawn from it (cumulative, this process)
 LAG = 3  # -1; sum of policy lags (cumulative); max lag (so far); batch elements (cumulative)
 RESIDENT = 4  # worker; its transitions resident in the buffer now (a snapshot from one call)
-UPDATE = 5  # writer; its updates (cumulative, this process); TD loss of this update (NaN if not given): one
-# update, recorded in its order among the reads and writes (a process that has read or written the parameters)
+UPDATE = 5  # writer; its updates (cumulative, this process); TD loss of this update (NaN if not given); 1 at a
+# log point (its snapshot of the counts just before it), else NaN: one update, recorded in its order among the
+# reads and writes (a process that has read or written the parameters)
 SYNC = 6  # writer: its copy took the shared parameters
 WRITE = 7  # writer: its whole copy replaced the shared parameters (last writer wins)
 WRITE_BEGIN = 8  # writer: a write into the shared parameters starts (in place: hogwild, pushed gradients)
@@ -50,7 +51,8 @@ WRITE_END = 9  # writer: it ends
 DIAG = 10  # diagnostic id (DIAG_NAMES); its value
 CONFIG = 11  # -1; gamma; reward bound (NaN: from the rewards); learning starts (env steps)
 REWARD = 12  # -1; largest |reward| seen by this process so far
-SUBSAMPLED = 13  # -1; the fraction of sampled batches counted (only written when below 1)
+SUBSAMPLED = 13  # -1; the fraction of sampled batches counted; batches counted (cumulative, this process; NaN
+# in the first record): written only when the fraction is below 1
 UPDATES = 14  # writer; its updates (cumulative, this process): the ones since its previous UPDATE(S), counted
 # (a process that has not read or written the parameters: one learner whose order among writes does not matter)
 LOSS = 15  # -1; sum of the TD losses given since the previous LOSS record of this process; their number
@@ -104,10 +106,13 @@ class Audit:
 
     ``sampled_fraction`` (0 < f <= 1, default 1: every batch) counts each sampled batch with
     probability f, drawn independently per batch, for a loop where even the ~0.4 us of :meth:`sampled`
-    shows: the sampled shares and the mean policy lag are then unbiased estimates (a share's standard
-    error is sqrt(p(1 - p) / (f * elements drawn)), under 0.003 for 1,000 batches of 128 at f = 0.25),
-    the max lag is the max over the counted batches, and the report says so. Everything else (produced,
-    resident, updates, UTD, lost updates, Q) stays exact."""
+    shows: the sampled shares and the mean policy lag are then unbiased estimates, the max lag is the
+    max over the counted batches, and the report says so. A batch is counted or not as a whole, so a
+    share's standard error against the full count is at most sqrt(p (1 - p) (1 - f) / N) for N batches
+    counted, whatever the replay draws (a sharded replay whose batches each come from one worker
+    reaches it); only when the draws within a batch are independent (uniform replay) is it sqrt(B)
+    times smaller for batches of B. The report prints the bound. Everything else (produced, resident,
+    updates, UTD, lost updates, Q) stays exact."""
 
     def __init__(self, folder: str | Path, *, gamma: float = 0.99, reward_bound: float | None = None,
                  learning_starts: int = 0, q_fn: Callable | None = None, features_fn: Callable | None = None,
@@ -141,6 +146,7 @@ class Audit:
         self._workers: list[int] = []  # the workers this process produced for, in order of their first transition
         self._sampled = np.zeros(MAX_WORKERS, dtype=np.int64)
         self._lag_sum, self._lag_max, self._lag_n = 0, 0, 0
+        self._batches = 0  # sampled batches counted (folded)
         # sampled batches' tags not counted yet, copied into one preallocated array (a copy into a slice
         # is ~0.5 us; a list of 64 arrays concatenated at the fold cost ~3 us a batch), with each batch's
         # end and learner version in two lists
@@ -272,6 +278,7 @@ class Audit:
             start, end = 0, tags.size
             if end > PENDING:  # a batch larger than the pending array: counted at once
                 self._count_sampled(tags, np.full(end, int(version), dtype=np.int64))
+                self._batches += 1
                 return
         if end > start:
             self._pending[start:end] = tags
@@ -311,6 +318,7 @@ class Audit:
         else:
             self._count_lags(tags, np.repeat(learner, sizes))
         self._pending_n = 0
+        self._batches += len(self._pending_ends)
         self._pending_ends, self._pending_versions = [], []
 
     def _count_workers(self, workers: np.ndarray) -> None:
@@ -354,19 +362,22 @@ class Audit:
             self._count = count
         else:
             count = self._switch_writer(writer)
-        if self._ordered:
-            self._recorded[writer] = count
-            self._emit(UPDATE, writer, count, _NAN if td_loss is None else float(td_loss))
-        elif td_loss is not None:
+        if not self._ordered and td_loss is not None:
             loss = float(td_loss)
             if loss == loss:  # a NaN loss counts as not given, as in an UPDATE record
                 self._loss_sum += loss
                 self._loss_n += 1
-        if count >= self._next_log:  # a log point: Q on current data, every count recorded (not written)
+        log_point = count >= self._next_log
+        if log_point:  # Q on current data, then every count (recorded, not written), the updates last
             self._next_log = count + self.diag_every
             if self.q_fn is not None and self._obs is not None:
                 self._diagnostics()
-            self._snapshot()
+            self._record_counts()
+        if self._ordered:
+            self._recorded[writer] = count
+            self._emit(UPDATE, writer, count, _NAN if td_loss is None else float(td_loss), 1.0 if log_point else _NAN)
+        elif log_point:
+            self._record_updates()
         calls = self._calls + 1
         self._calls = calls
         if calls >= self._next_check:
@@ -391,7 +402,7 @@ class Audit:
         """This process reads or writes the parameters: its updates so far are recorded, each later one
         gets its own record."""
         if not self._ordered:
-            self._record_updates()
+            self._snapshot()
             self._ordered = True
 
     def synced(self, writer: int) -> None:
@@ -448,9 +459,14 @@ class Audit:
         self._write_block()
 
     def _snapshot(self) -> None:
-        """Record this process's cumulative counts (buffered; :meth:`flush` writes them)."""
-        self._fold()
+        """Record this process's cumulative counts, its updates last (buffered; :meth:`flush` writes them)."""
+        self._record_counts()
         self._record_updates()
+
+    def _record_counts(self) -> None:
+        """Record this process's cumulative counts but the updates: the report closes a timeline row at
+        the update record that ends a snapshot, so these come first (else each row is one snapshot late)."""
+        self._fold()
         # cumulative snapshots: the report keeps each process's latest, so one repeated changes nothing
         for w in self._workers:
             self._emit(PRODUCED, w, float(self._seq[w]), float(self._episodes[w]))
@@ -460,6 +476,8 @@ class Audit:
             self._emit(LAG, -1, float(self._lag_sum), float(self._lag_max), float(self._lag_n))
         if self._reward_max:
             self._emit(REWARD, -1, self._reward_max)
+        if self.sampled_fraction < 1.0:
+            self._emit(SUBSAMPLED, -1, self.sampled_fraction, float(self._batches))
 
     def _record_updates(self) -> None:
         """Each writer's counted updates since its last record, and the TD losses given with them."""

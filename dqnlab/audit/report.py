@@ -138,8 +138,13 @@ class AuditReport:
             lines.append(f"policy lag: mean {f[M.POLICY_LAG_RUN_MEAN]:.1f}, max {lag_max:.0f} updates")
         fraction = self.config.get("sampled_fraction", 1.0)
         if fraction < 1.0:
+            n = self.config.get("batches_counted", 0.0)
+            shares = [f.get(M.worker_share(w, "sampled"), math.nan) for w in self.workers]
+            p = max((x for x in shares if x == x), key=lambda x: x * (1 - x), default=math.nan)
+            bound = math.sqrt(p * (1 - p) * (1 - fraction) / n) if n else math.nan
             lines.append(f"sampled shares and policy lag estimated from a random {fraction:.0%} of the sampled batches "
-                         "(max lag: over those)")  # fmt: skip
+                         f"({n:.0f} counted; max lag: over those): a share's standard error <= {bound:.4f} whatever the "
+                         "replay draws, sqrt(batch size) times less if draws within a batch are independent")  # fmt: skip
         lines.append(f"lost updates: {f.get(M.LOST_UPDATES, 0):.0f} ({f.get(M.LOST_UPDATE_FRAC, 0):.1%} of the updates"
                      f"; effective UTD {f.get('utd_effective', math.nan):.4f}); raced writes: "
                      f"{f.get(M.RACED_WRITE_FRAC, 0):.1%}")  # fmt: skip
@@ -211,18 +216,23 @@ def _key(name: str) -> str:
 
 def report(folder: str | Path, every_updates: int | None = None) -> AuditReport:
     """Reconstruct an audited run from its event files (see the module docstring)."""
-    events, source = read_events(folder)
+    events, source = _in_place_updates_at_their_writes(*read_events(folder))
     config = {"gamma": 0.99, "reward_bound": math.nan, "learning_starts": 0.0}
     cfg = events[events["kind"] == CONFIG]
     if cfg.size:
         config = {"gamma": float(cfg["a"][0]), "reward_bound": float(cfg["b"][0]), "learning_starts": float(cfg["c"][0])}
-    sub = events["a"][events["kind"] == SUBSAMPLED]
-    config["sampled_fraction"] = float(sub.min()) if sub.size else 1.0
+    sub = events["kind"] == SUBSAMPLED
+    config["sampled_fraction"] = float(events["a"][sub].min()) if sub.any() else 1.0
+    counted: dict[int, float] = {}  # process -> batches counted, its latest record
+    for src, n in zip(source[sub], events["b"][sub]):
+        if not math.isnan(n):
+            counted[int(src)] = float(n)
+    config["batches_counted"] = sum(counted.values())
     total_updates = _total_updates(events, source)
     every = every_updates or max(1, total_updates // 100)
     book = Lineage(_copy_writers(events, source))  # a copy lives in one process: keyed by (process, writer)
     config["in_place_placed_at_log_points"] = float(_counted_in_place_among_copies(events, source, book.copy_writers))
-    s, rows = _State(), []
+    s, rows, row_due = _State(), [], False
     t0 = float(events["t"][0])  # time_s: seconds since the run's first event
     workers: set[int] = set()
     for e, src in zip(events, source):
@@ -251,8 +261,12 @@ def report(folder: str | Path, every_updates: int | None = None) -> AuditReport:
                 before, s.updates = s.updates, s.updates + count
                 if kind == UPDATE and not math.isnan(e["b"]):
                     s.td_sum, s.td_n = s.td_sum + e["b"], s.td_n + 1
-                if s.updates // every > before // every:
-                    rows.append(_row(s, book, e["t"] - t0, config, workers))
+                row_due |= s.updates // every > before // every
+            # a row closes where a process's snapshot of its counts ends (an UPDATES record, or the UPDATE
+            # of a log point): closed at any other update, it would read the previous snapshot's counts
+            if row_due and (kind == UPDATES or e["c"] == 1.0):
+                rows.append(_row(s, book, e["t"] - t0, config, workers))
+                row_due = False
         elif kind == LOSS:
             s.td_sum, s.td_n = s.td_sum + e["a"], s.td_n + e["b"]
         elif kind == SYNC:
@@ -310,6 +324,31 @@ def _row(s: _State, book: Lineage, t: float, config: dict, workers: set[int]) ->
         row[M.Q_LIMIT] = limit
         row[M.SOFT_DIVERGENCE] = float(not math.isfinite(s.diag[M.Q_ABS_MAX_CURRENT]) or s.diag[M.Q_ABS_MAX_CURRENT] > limit)
     return row
+
+
+def _in_place_updates_at_their_writes(events: np.ndarray, source: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The events with each in-place update booked where it was applied: a writer's first UPDATE after
+    its ``writing()`` span began is copied to right after that span's WRITE_BEGIN (``updated()`` comes
+    after the write, so its record may follow another process's write that the in-place step preceded).
+    The record stays where it was too, as its process's log point, and books nothing there (its running
+    total is already counted)."""
+    kinds = events["kind"]
+    if not (kinds == WRITE_BEGIN).any():
+        return events, source
+    begun: dict[tuple[int, int], int] = {}  # (process, writer) -> its open span's WRITE_BEGIN, until an update
+    moved, at = [], []
+    for i in np.flatnonzero(np.isin(kinds, (WRITE_BEGIN, UPDATE))):
+        key = (int(source[i]), int(events["who"][i]))
+        if kinds[i] == WRITE_BEGIN:
+            begun[key] = i
+        elif key in begun:
+            moved.append(i)
+            at.append(begun.pop(key) + 0.5)
+    copies = events[moved]
+    copies["c"] = math.nan  # not a log point: the snapshot it ends stays behind
+    position = np.concatenate([np.arange(events.size, dtype=np.float64), at])
+    order = np.argsort(position, kind="stable")
+    return np.concatenate([events, copies])[order], np.concatenate([source, source[moved]])[order]
 
 
 def _total_updates(events: np.ndarray, source: np.ndarray) -> int:

@@ -3,7 +3,7 @@
     from dqnlab.audit.sb3 import AuditCallback
     model.learn(total_timesteps, callback=AuditCallback("results/audit-sb3", tracking_uri=None))
 
-With any VecEnv (each env index is a "worker"): the realised UTD as SB3's ``train_freq``,
+With any VecEnv (each env index is a "worker"; Box or Dict observations): the realised UTD as SB3's ``train_freq``,
 ``gradient_steps`` and ``n_envs`` make it (it falls as ``n_envs`` grows: ``train_freq`` counts vector
 steps), each env's share of the env steps, of the buffer and of the sampled batches, the policy lag of
 what is sampled, TD-free Q statistics and collapse signs on the sampled (current) data; logged through
@@ -26,8 +26,16 @@ from dqnlab.audit.tags import worker_of
 
 try:
     from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.utils import obs_as_tensor
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError("dqnlab.audit.sb3 needs Stable-Baselines3: pip install -e '.[bench]'") from exc
+
+
+def _as_numpy(observations):
+    """A sampled batch's observations on the host: one tensor, or a dict of them (a Dict observation space)."""
+    if isinstance(observations, dict):
+        return {k: v.cpu().numpy() for k, v in observations.items()}
+    return observations.cpu().numpy()
 
 
 class AuditCallback(BaseCallback):
@@ -55,11 +63,11 @@ class AuditCallback(BaseCallback):
 
         def q_fn(obs):
             with torch.no_grad():
-                return q_net(torch.as_tensor(obs, device=model.device)).cpu().numpy()
+                return q_net(obs_as_tensor(obs, model.device)).cpu().numpy()
 
         def features_fn(obs):
             with torch.no_grad():
-                phi = q_net.extract_features(torch.as_tensor(obs, device=model.device), q_net.features_extractor)
+                phi = q_net.extract_features(obs_as_tensor(obs, model.device), q_net.features_extractor)
                 return q_net.q_net[:-1](phi).cpu().numpy()
 
         self.audit = Audit(self.folder, gamma=model.gamma, learning_starts=model.learning_starts, q_fn=q_fn,
@@ -77,7 +85,7 @@ class AuditCallback(BaseCallback):
             tags = self.tags[batch_inds, env_indices]
             self.sampled_counts += np.bincount(worker_of(tags), minlength=rb.n_envs)[: rb.n_envs]
             # the states SB3 trains on (normalised, under VecNormalize), for the Q diagnostics
-            self.audit.sampled(tags, self.updates, obs=out.observations.cpu().numpy())
+            self.audit.sampled(tags, self.updates, obs=_as_numpy(out.observations))
             self.updates += 1  # DQN takes one batch per gradient step
             self.audit.updated(0)
             return out
