@@ -37,9 +37,9 @@ import numpy as np
 import torch
 
 from dqnlab.agent.batch import Batch
-from dqnlab.agent.reference import dqn_gradient, update_target
 from dqnlab.agent.networks import QNetwork, flatten_into
 from dqnlab.agent.policy import ParamLayout
+from dqnlab.agent.reference import dqn_gradient, update_target
 from dqnlab.agent.schedules import Periodic
 from dqnlab.config import Config
 from dqnlab.engine.actor import Actor
