@@ -103,10 +103,9 @@ LOST_UPDATES = _m("lost_updates", "updates", "updates whose effect a write by an
                   "built on them (local_copies; 0 for the single learner)", "learner", "lost update")  # fmt: skip
 LOST_UPDATE_FRAC = _m("lost_update_frac", "fraction", "lost_updates / updates", "learner", "lost update")
 STALE_GRADIENT_AGE_MEAN = _m("stale_gradient_age_mean", "updates", "a3c: mean over pushed gradients of the shared "
-                             "updates completed between the local copy's sync and the push's start (0 for the others; a push "
-                             "in flight at the sync or at the push's start is not counted, though part of it may or may not "
-                             "be in the copy)", "learner",
-                             "writers")  # fmt: skip
+                             "updates completed between the local copy's sync and the push's start (0 for the others; "
+                             "a push in flight at either moment is not counted, though part of it may be in the copy)",
+                             "learner", "writers")  # fmt: skip
 RACED_WRITE_FRAC = _m("raced_write_frac", "fraction", "parameter writes that overlapped another worker's write (hogwild; "
                       "0 for the single learner)", "learner", "writers")  # fmt: skip
 
