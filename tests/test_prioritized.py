@@ -112,9 +112,14 @@ def test_an_actors_first_priority_is_its_own_td_error():
     from dqnlab.engine.actor import Actor
 
     q = {"obs": np.array([[[1.0, 3.0], [2.0, 0.5]]]), "next": np.array([[[4.0, 6.0], [1.0, 1.0]]])}
+    states = {"obs": np.array([[[0.0], [1.0]]]), "next": np.array([[[2.0], [3.0]]])}  # one replica, two envs
+
+    def q_values(x):  # the actor's Q of the states it is given: the next states' differ from the states'
+        return q["next"] if np.array_equal(x, states["next"]) else q["obs"]
+
     fake = types.SimpleNamespace(config=Config.from_flat(replay="prioritized", gamma=0.9), _q=q["obs"],
-                                 policy=types.SimpleNamespace(q_values=lambda obs: q["next"]))  # fmt: skip
-    prio = Actor._initial_priorities(fake, np.array([[1, 0]]), np.array([[1.0, 1.0]]), None,
+                                 policy=types.SimpleNamespace(q_values=q_values))  # fmt: skip
+    prio = Actor._initial_priorities(fake, np.array([[1, 0]]), np.array([[1.0, 1.0]]), states["next"],
                                      np.array([[False, True]]))  # fmt: skip
     np.testing.assert_allclose(prio, [[abs(1 + 0.9 * 6 - 3), abs(1 + 0 - 2)]])
 
@@ -131,3 +136,147 @@ def test_a_prioritized_run_holds_the_utd_and_reports_every_workers_share(leak_gu
             assert rep.final[M.UPDATES] == 2000 and rep.final[M.UTD_REALISED] == pytest.approx(2.0)
             shares = [rep.final[M.worker_share(w, "sampled")] for w in range(2)]
             assert sum(shares) == pytest.approx(1.0) and min(shares) > 0.2
+
+
+def test_a_transition_without_an_actors_priority_takes_the_largest_so_far():
+    replay = _replay(8, replicas=2, alpha=0.5)
+    _fill(replay, np.array([[5.0, 1.0], [0.5, 2.0]]))
+    k, n = 2, 2
+    obs, z = np.zeros((k, n, 2), np.float32), np.zeros((k, n), bool)
+    replay.claim(n)
+    replay.commit(0, obs, np.zeros((k, n), np.int64), np.zeros((k, n), np.float32), obs, z, z, np.zeros((k, n), np.int64),
+                  0, [], claim_next=0)  # fmt: skip
+    leaves = replay._a["prio_tree"][:, 8:]
+    np.testing.assert_allclose(leaves[:, 2:4], [[(5 + 1e-6) ** 0.5] * 2, [(2 + 1e-6) ** 0.5] * 2])
+
+
+def test_priorities_land_in_the_ring_slot_a_commit_wraps_to():
+    replay = _replay(4, replicas=2, alpha=1.0)
+    _fill(replay, np.ones((2, 3)))
+    _fill(replay, np.array([[7.0, 9.0], [3.0, 4.0]]))  # seq 3 -> slot 3, seq 4 -> slot 0
+    np.testing.assert_allclose(replay._a["prio_tree"][:, 4:8], [[9, 1, 1, 7], [4, 1, 1, 3]], rtol=1e-5)
+    np.testing.assert_allclose(sumtree.total(replay._a["prio_tree"]), [18, 9], rtol=1e-5)
+
+
+def test_draws_are_stratified_one_in_each_equal_slice_of_the_mass():
+    replay = _replay(16, replicas=2, alpha=1.0)
+    _fill(replay, np.ones((2, 16)))
+    batch = replay.sample([np.random.default_rng(s) for s in (4, 5)], 16)
+    np.testing.assert_array_equal(batch.slots, np.tile(np.arange(16), (2, 1)))  # slice j holds exactly slot j
+
+
+def test_a_non_finite_td_error_never_makes_a_replicas_priorities_or_weights_non_finite():
+    replay = _replay(8, replicas=2, alpha=0.6)
+    _fill(replay, np.arange(1.0, 17.0).reshape(2, 8))
+    batch = replay.sample([np.random.default_rng(s) for s in (0, 1)], 4)
+    td = np.array([[np.nan, np.inf, -np.inf, 1.0], [2.0, 2.0, 2.0, 2.0]])
+    replay.update_priorities(batch.slots, batch.seq, td)
+    tree = replay._a["prio_tree"]
+    assert np.isfinite(tree).all() and np.isfinite(replay._a["prio_max"]).all()
+    assert replay._a["prio_max"][0] == pytest.approx(8.0 + 1e-6)  # the largest finite one, unchanged
+    later = replay.sample([np.random.default_rng(s) for s in (2, 3)], 64, beta=0.5)
+    assert np.isfinite(later.weights).all()
+    _fill(replay, np.array([[np.nan], [1.0]]))  # an actor's non-finite first priority, too
+    assert np.isfinite(tree).all()
+
+
+def test_a_peer_killed_holding_the_replay_lock_fails_the_priority_write_back_instead_of_hanging_it():
+    import threading
+
+    replay = _replay(8, replicas=1)
+    _fill(replay, np.ones((1, 8)))
+    batch = replay.sample([np.random.default_rng(0)], 4)
+    replay._lock.acquire()  # taken by a peer that died inside commit: never released
+
+    def dead_peer():
+        raise RuntimeError("worker 0 (pid 1) was killed by SIGKILL")
+
+    outcome = []
+
+    def write_back():
+        try:
+            replay.update_priorities(batch.slots, batch.seq, np.ones((1, 4)), health_check=dead_peer)
+        except RuntimeError as exc:
+            outcome.append(str(exc))
+
+    thread = threading.Thread(target=write_back, daemon=True)
+    thread.start()
+    thread.join(timeout=60)  # a hang detector: the health check is polled every 0.25 s of waiting
+    assert outcome == ["worker 0 (pid 1) was killed by SIGKILL"]
+
+
+def test_beta_is_annealed_linearly_to_one_over_the_budget_and_the_sampler_draws_with_it():
+    from dqnlab.config import Config
+    from dqnlab.engine.sampler import Sampler, annealed_beta
+
+    assert [annealed_beta(0.4, s, 100) for s in (0, 50, 100, 200)] == pytest.approx([0.4, 0.7, 1.0, 1.0])
+    replay = _replay(8, replicas=1, alpha=1.0)
+    p = np.array([[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]])
+    _fill(replay, p)
+    config = Config.from_flat(replay="prioritized", priority_beta=0.4, total_env_steps=1000, batch_size=32,
+                              learning_starts=32, probe_size=32)  # fmt: skip
+    batch = Sampler(replay, config, [np.random.default_rng(0)]).draw(500)
+    probs = (p[0] + 1e-6) / (p[0] + 1e-6).sum()
+    w = (8 * probs[batch.slots[0]]) ** -0.7  # beta at half the budget
+    np.testing.assert_allclose(batch.weights[0], w / w.max(), rtol=1e-5)
+
+
+def test_the_learners_td_errors_are_q_minus_the_reference_target_before_its_step():
+    from dqnlab.agent.batch import Batch
+    from dqnlab.agent.learner import Learner
+    from dqnlab.agent.networks import QNetwork
+    from dqnlab.agent.reference import dqn_loss
+    from dqnlab.config import Config
+
+    config = Config.from_flat(batch_size=8, learning_starts=32, probe_size=32, hidden_sizes=(8,), replicas=2)
+    learner = Learner(config, 3, 2)
+    rng = np.random.default_rng(0)
+    arrays = dict(obs=rng.standard_normal((2, 8, 3)).astype(np.float32), actions=rng.integers(0, 2, (2, 8)),
+                  rewards=rng.standard_normal((2, 8)).astype(np.float32),
+                  next_obs=rng.standard_normal((2, 8, 3)).astype(np.float32), terminated=rng.random((2, 8)) < 0.3)
+    nets = []
+    for k in range(2):  # each replica's online and target network before the step, as nn.Modules
+        pair = []
+        for stacked in (learner.net, learner.target):
+            net = QNetwork(3, 2, (8,), False)
+            net.load_state_dict({name: v[k].clone() for name, v in stacked.named().items()})
+            pair.append(net)
+        nets.append(pair)
+    batch = Batch(**arrays, worker=np.zeros((2, 8), np.int16), version=np.zeros((2, 8)), insert_updates=np.zeros((2, 8)))
+    learner.update(batch)
+    for k, (net, target) in enumerate(nets):
+        tensors = [torch.from_numpy(arrays[n][k]) for n in ("obs", "actions", "rewards", "next_obs", "terminated")]
+        _, td = dqn_loss(net, target, *tensors, config.agent)
+        torch.testing.assert_close(learner.last_td_errors[k], td)
+
+
+def test_the_learner_loop_writes_each_updates_td_errors_back_as_priorities(leak_guard, monkeypatch):
+    from small import small_config
+
+    from dqnlab.agent.learner import Learner
+    from dqnlab.engine.build import build, make_loop
+    from dqnlab.tracking.callbacks import CallbackList
+
+    config = small_config(mode="serial", replay="prioritized", replicas=2, utd=1.0, total_env_steps=600,
+                          learning_starts=200, probe_size=32, priority_alpha=0.5)  # fmt: skip
+    seen = []
+    update = Learner.update
+
+    def recording(self, batch, *args, **kwargs):
+        out = update(self, batch, *args, **kwargs)
+        seen.append((batch.slots.copy(), batch.seq.copy(), self.last_td_errors.numpy().copy()))
+        return out
+
+    monkeypatch.setattr(Learner, "update", recording)
+    parts = build(config, 4, 2)
+    make_loop(parts, CallbackList([])).run()
+    slots, seq, td = seen[-1]  # the last update: no commit and no update came after it
+    tree, width = parts.replay._a["prio_tree"], parts.replay._a["prio_tree"].shape[1] // 2
+    checked = 0
+    for k in range(2):
+        once = [j for j in range(slots.shape[1]) if (slots[k] == slots[k, j]).sum() == 1]
+        for j in once:
+            assert parts.replay._a["seq"][slots[k, j]] == seq[k, j]
+            assert tree[k, width + slots[k, j]] == pytest.approx((abs(td[k, j]) + 1e-6) ** 0.5)
+            checked += 1
+    assert len(seen) == 400 and checked > 0

@@ -17,6 +17,7 @@ from dqnlab.engine.build import EngineParts
 from dqnlab.engine.eval_schedule import EvalSchedule
 from dqnlab.engine.replay import GO, STOP, wait_backoff
 from dqnlab.engine.result import ReplicaResult, RunFailed, RunResult
+from dqnlab.engine.sampler import Sampler
 from dqnlab.engine.window import MetricsWindow
 from dqnlab.metrics import ENV_STEPS, UPDATES
 from dqnlab.signals import sigterm_as_interrupt
@@ -87,6 +88,7 @@ class LearnerLoop:
         r = p.config.run
         learner, replay, limiter, pool = p.learner, p.replay, p.limiter, p.pool
         health = pool.health_check if pool.procs else None
+        sampler = Sampler(replay, p.config, self.rngs, health)
         total = r.total_env_steps
         next_housekeeping = 0.0
         attempt = 0
@@ -98,12 +100,11 @@ class LearnerLoop:
                 attempt = 0
                 if self.probe is None:
                     self.probe = torch.from_numpy(replay.sample_obs(self.rngs, r.probe_size))
-                batch = replay.sample(self.rngs, p.config.agent.batch_size, health, beta=self._beta(env_steps))
+                batch = sampler.draw(env_steps)
                 self.window.lag.add(updates, batch.version, batch.insert_updates)
                 log_now = (updates + 1) % r.log_every == 0
                 stats = learner.update(batch, want_stats=log_now, env_steps=env_steps)
-                if batch.weights is not None:
-                    replay.update_priorities(batch.slots, batch.seq, learner.last_td_errors.cpu().numpy())
+                sampler.learned_from(batch, learner)
                 replay.set_updates(learner.updates)
                 if learner.updates % r.publish_every == 0:
                     p.publish()
@@ -124,12 +125,6 @@ class LearnerLoop:
                 self.cb.on_progress(replay.env_steps, learner.updates, total, now - self.t0)
             if self.evaluator.due(replay.env_steps) and not self._evaluate():
                 return "diverged"
-
-    def _beta(self, env_steps: int) -> float:
-        """Prioritized replay's importance-sampling exponent: ``priority_beta`` annealed linearly to 1
-        over the env-step budget (Schaul et al.)."""
-        a, total = self.parts.config.agent, self.parts.config.run.total_env_steps
-        return a.priority_beta + (1.0 - a.priority_beta) * min(1.0, env_steps / total)
 
     # --- hooks a loop whose workers write the parameters replaces -------------------------------
     def read_shared_parameters(self) -> None:

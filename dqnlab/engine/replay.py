@@ -256,15 +256,30 @@ class SharedReplay:
     def _set_priorities(self, slots: np.ndarray, priorities: np.ndarray | None, n: int) -> None:
         """Replica k's slots ``slots`` take priorities ``priorities[k]`` (|TD errors|; None: the largest so
         far, 1 at first), stored as ``(p + eps)^alpha``. Caller holds the lock."""
-        alpha, eps = self.priorities
+        alpha, _ = self.priorities
         a, k = self._a, self.replicas
         if priorities is None:
-            p = np.broadcast_to(np.where(a["prio_max"] > 0, a["prio_max"], 1.0)[:, None], (k, n))
+            p = np.broadcast_to(self._largest_priority()[:, None], (k, n))
         else:
-            p = np.abs(np.asarray(priorities, dtype=np.float64)).reshape(k, n) + eps
-            np.maximum(a["prio_max"], p.max(axis=1), out=a["prio_max"])
+            p = self._finite_priorities(np.reshape(priorities, (k, n)))
         rows = np.repeat(np.arange(k), n)
         sumtree.set_leaves(a["prio_tree"], rows, np.tile(slots, k), (p**alpha).ravel())
+
+    def _largest_priority(self) -> np.ndarray:
+        """Per replica ``(K,)``, the largest priority so far (1 before any)."""
+        largest = self._a["prio_max"]
+        return np.where(largest > 0, largest, 1.0)
+
+    def _finite_priorities(self, td_errors: np.ndarray) -> np.ndarray:
+        """``|td_errors| + eps`` ``(K, B)``, raising the largest priority so far; a non-finite |TD error| (a
+        replica diverging) takes its replica's largest finite priority instead, so that one NaN never
+        makes a replica's tree total, and every later batch's weights, NaN. Caller holds the lock."""
+        p = np.abs(np.asarray(td_errors, dtype=np.float64)) + self.priorities[1]
+        finite = np.isfinite(p)
+        if not finite.all():
+            p = np.where(finite, p, self._largest_priority()[:, None])
+        np.maximum(self._a["prio_max"], p.max(axis=1), out=self._a["prio_max"])
+        return p
 
     # --- learner side --------------------------------------------------------------------------
     def sample(self, rngs: list[np.random.Generator], batch_size: int,
@@ -309,17 +324,17 @@ class SharedReplay:
             self.sampled += np.bincount((batch.worker + self._replica_rows * w).ravel(), minlength=k * w).reshape(k, w)
         return batch
 
-    def update_priorities(self, slots: np.ndarray, seq: np.ndarray, td_errors: np.ndarray) -> None:
-        """After an update: the sampled slots ``(K, B)`` take their new |TD errors| as priorities, unless a
-        commit has overwritten the slot since it was drawn (its ``seq`` changed)."""
-        alpha, eps = self.priorities
+    def update_priorities(self, slots: np.ndarray, seq: np.ndarray, td_errors: np.ndarray,
+                          health_check: Callable[[], None] | None = None) -> None:  # fmt: skip
+        """After an update: the sampled slots ``(K, B)`` take their new |TD errors| as priorities (a
+        non-finite one: its replica's largest finite priority), unless a commit has overwritten the slot
+        since it was drawn (its ``seq`` changed)."""
         a = self._a
-        p = np.abs(np.asarray(td_errors, dtype=np.float64)) + eps
-        with self._locked(None):
+        with self._locked(health_check):
+            p = self._finite_priorities(td_errors)
             fresh = a["seq"][slots] == seq
             rows = np.broadcast_to(self._replica_rows, slots.shape)[fresh]
-            sumtree.set_leaves(a["prio_tree"], rows, slots[fresh], p[fresh] ** alpha)
-            np.maximum(a["prio_max"], p.max(axis=1), out=a["prio_max"])
+            sumtree.set_leaves(a["prio_tree"], rows, slots[fresh], p[fresh] ** self.priorities[0])
 
     def sample_worker(self, rng: np.random.Generator, batch_size: int, worker: int) -> Batch:
         """One replica's uniform batch over the resident transitions ``worker`` produced (the naive
