@@ -454,7 +454,10 @@ def finding_workers_prioritized(runs: pd.DataFrame, hist: pd.DataFrame, other: p
 
 
 # --- finding 1: one writer, nothing overwritten ------------------------------------------------------------------
-WRITERS_ORDER = ["single", "hogwild", "local_copies", "a3c"]
+WRITERS_ORDER = ["single", "hogwild", "local_copies", "a3c", "a3c, sync 5"]
+A3C_SYNC5 = "a3c, sync 5"
+"""a3c whose local copies take the shared vector every 5 env steps (Mnih et al.'s t_max), not the naive grid's
+100 (study ``writers-a3c-sync5``): a check of the finding's explanation run after its data, so outside the family."""
 NAIVE_UTDS = (1.0, 4.0)
 """The replay ratios of the naive writers' grid (``sweeps/writers.py --preset naive``)."""
 
@@ -467,7 +470,7 @@ def owed_updates(runs: pd.DataFrame) -> pd.Series:
 def _stale_age(g: pd.DataFrame) -> str:
     """The median over seeds of a3c's mean pushed-gradient age (updates); "—" for the other writers."""
     col = f"final_{M.STALE_GRADIENT_AGE_MEAN}"
-    if col not in g or not (g["writers"] == "a3c").all() or g[col].isna().all():
+    if col not in g or not g["writers"].str.startswith("a3c").all() or g[col].isna().all():
         return "—"
     return f"{np.nanmedian(g[col]):.1f}"
 
@@ -477,7 +480,8 @@ def finding_writers(runs: pd.DataFrame, hist: pd.DataFrame | None = None) -> Fin
     divergence, lost-update fraction (``local_copies``), raced-write fraction (``hogwild``, ``a3c``) and
     the age of pushed gradients (``a3c``)."""
     runs = runs.assign(diverged=runs["collapse"].eq("diverged"),
-                       cell=runs.apply(lambda r: f"{int(r['num_workers'])} workers, UTD {r['utd']:g}", axis=1))  # fmt: skip
+                       cell=runs.apply(lambda r: f"{int(r['num_workers'])} workers, UTD {r['utd']:g}", axis=1),
+                       writers=runs["writers"].where(~(runs["writers"].eq("a3c") & runs["sync_every"].eq(5)), A3C_SYNC5))  # fmt: skip
     cells = sorted(runs["cell"].unique(), key=lambda c: (float(c.split("UTD ")[1]), c))
     order = [w for w in WRITERS_ORDER if w in set(runs["writers"])]
     fig, axes = plt.subplots(1, 3, figsize=(19, 4.6))
@@ -499,7 +503,8 @@ def finding_writers(runs: pd.DataFrame, hist: pd.DataFrame | None = None) -> Fin
     family = Family("each naive setup minus the single learner, per cell; and the explanation: local copies of N "
                     "workers at UTD u minus the single learner at UTD u/N (final return)", MARGIN_CARTPOLE)
     for c in cells:
-        for w in order[1:]:  # the naive grid has UTD 1 and 4 only: UTD 1/4 and 1/2 hold the single learner alone
+        for w in [w for w in order[1:] if w != A3C_SYNC5]:  # the naive grid has UTD 1 and 4 only (UTD 1/4 and 1/2
+            # hold the single learner alone)
             if len(base[c]) and float(c.split("UTD ")[1]) in NAIVE_UTDS:
                 family.difference(f"{c}: {w} minus single", returns_of(runs[(runs["writers"] == w) & (runs["cell"] == c)]),
                                   base[c])  # fmt: skip
@@ -546,7 +551,8 @@ DATA_FINDINGS = {
     "calibration": ("0. Calibration", ["calibration-cleanrl", "calibration-cleanrl_huber", "calibration-rlzoo",
                                        "calibration-rlzoo_bursts", "calibration-rlzoo_bursts_64",
                                        "calibration-rlzoo_acrobot"]),
-    "writers": ("1. Writers", ["writers-single", "writers-naive-utd1", "writers-naive-utd4"]),
+    "writers": ("1. Writers", ["writers-single", "writers-naive-utd1", "writers-naive-utd4", "writers-a3c-utd1",
+                              "writers-a3c-utd4", "writers-a3c-sync5"]),
     "workers": ("2. Workers", ["workers-default"]),
     "workers_prioritized": ("2b. Workers, prioritized replay", ["workers-prioritized"]),
     "parallel": ("3. Parallel", ["parallel-default"]),
