@@ -88,10 +88,18 @@ class NetworkConfig:
     """Widths of the hidden layers of the Q-network MLP."""
     layer_norm: bool = False
     """nn.LayerNorm after each hidden linear layer, before the ReLU."""
+    conv_channels: tuple[int, ...] = ()
+    """Image observations (C, H, W): the output channels of each 2-D convolution (each followed by a ReLU)
+    before the hidden layers; empty: none (vector observations)."""
+    conv_kernels: tuple[int, ...] = ()
+    """Each convolution's square kernel (pixels); empty: 3 for every one."""
+    conv_strides: tuple[int, ...] = ()
+    """Each convolution's stride (pixels); empty: 1 for every one."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.hidden_sizes, list):
-            object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
+        for name in ("hidden_sizes", "conv_channels", "conv_kernels", "conv_strides"):
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
         _check_types(self)
         _require(
             len(self.hidden_sizes) >= 1 and all(h >= 1 for h in self.hidden_sizes),
@@ -99,6 +107,18 @@ class NetworkConfig:
             "a non-empty tuple of ints >= 1",
             self.hidden_sizes,
         )
+        for name in ("conv_channels", "conv_kernels", "conv_strides"):
+            _require(all(v >= 1 for v in getattr(self, name)), name, "a tuple of ints >= 1", getattr(self, name))
+        for name in ("conv_kernels", "conv_strides"):
+            value = getattr(self, name)
+            _require(not value or len(value) == len(self.conv_channels), name,
+                     f"empty, or one int per convolution ({len(self.conv_channels)}: conv_channels)", value)  # fmt: skip
+
+    @property
+    def conv_layers(self) -> tuple[tuple[int, int, int], ...]:
+        """``(channels, kernel, stride)`` of each convolution."""
+        n = len(self.conv_channels)
+        return tuple(zip(self.conv_channels, self.conv_kernels or (3,) * n, self.conv_strides or (1,) * n))
 
 
 @dataclass(frozen=True)

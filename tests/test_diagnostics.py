@@ -228,7 +228,7 @@ def test_the_learners_collapse_signs_work_on_device_tensors(device_semantics):
     from dqnlab.metrics import DORMANT_CURRENT, DORMANT_FRAC, HARD_DIVERGENCE, SRANK, SRANK_CURRENT
 
     config = Config.from_flat(batch_size=32, learning_starts=32, probe_size=32, replicas=2)
-    learner = Learner(config, obs_dim=4, num_actions=2)
+    learner = Learner(config, obs_shape=4, num_actions=2)
     probe = torch.randn(2, 32, 4)
     current = torch.randn(2, 32, 4)
     host = collapse_signs(learner, probe, current, [1.0, 1.0], gamma=0.99, margin=0.5)

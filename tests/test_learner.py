@@ -6,8 +6,10 @@ import torch
 import torch.nn.functional as F
 
 from dqnlab.agent.batch import Batch
+from dqnlab.agent.layers import mlp_spec as mlp
 from dqnlab.agent.learner import Learner, clip_per_replica_, td_target
 from dqnlab.agent.networks import QNetwork, StackedQ
+from dqnlab.agent.reference import dqn_gradient
 from dqnlab.config import Config
 
 
@@ -36,7 +38,7 @@ def _batch(rng, n=32, replicas=1, reward_scale=1.0):
 
 def _learner(**overrides) -> Learner:
     config = Config.from_flat(batch_size=32, learning_starts=32, probe_size=32, **overrides)
-    return Learner(config, obs_dim=4, num_actions=2)
+    return Learner(config, obs_shape=4, num_actions=2)
 
 
 def _params(net):
@@ -44,13 +46,13 @@ def _params(net):
 
 
 def test_stacked_forward_is_each_replicas_own_network():
-    nets = [QNetwork(4, 3, (16, 8), layer_norm) for layer_norm in (False,) * 3]
+    nets = [QNetwork(mlp(4, 3, (16, 8))) for _ in range(3)]
     stacked = StackedQ.stack(nets)
     obs = torch.randn(3, 5, 4)
     q = stacked(obs)
     for k, net in enumerate(nets):
         torch.testing.assert_close(q[k], net(obs[k]), rtol=1e-5, atol=1e-6)
-    ln_nets = [QNetwork(4, 3, (16, 8), True) for _ in range(2)]
+    ln_nets = [QNetwork(mlp(4, 3, (16, 8), layer_norm=True)) for _ in range(2)]
     for n in ln_nets:  # non-trivial LayerNorm affine parameters
         for norm in n.norms:
             torch.nn.init.normal_(norm.weight)
@@ -64,17 +66,8 @@ def test_stacked_forward_is_each_replicas_own_network():
 
 
 def _reference_update(net: QNetwork, target: QNetwork, opt: torch.optim.Adam, batch: Batch, k: int, config: Config):
-    """One eager single-network DQN update of replica k's slice of ``batch`` (the textbook code)."""
-    a = config.agent
-    t = [torch.from_numpy(x[k]) for x in (batch.obs, batch.actions, batch.rewards, batch.next_obs, batch.terminated)]
-    obs, actions, rewards, next_obs, terminated = t
-    with torch.no_grad():
-        y = td_target(rewards, terminated, target(next_obs), a.gamma, net(next_obs) if a.double_dqn else None)
-    q_sa = net(obs).gather(1, actions.unsqueeze(1)).squeeze(1)
-    loss = F.mse_loss(q_sa, y) if a.loss == "mse" else F.smooth_l1_loss(q_sa, y)  # CleanRL's / SB3's
-    opt.zero_grad()
-    loss.backward()
-    norm = torch.nn.utils.clip_grad_norm_(net.parameters(), a.max_grad_norm)
+    """One autograd single-network DQN update of replica k's slice of ``batch`` (dqnlab.agent.reference)."""
+    _, _, norm = dqn_gradient(net, target, tuple(torch.from_numpy(x[k]) for x in batch.learner_arrays()), config.agent)
     grads = [p.grad.clone() for p in net.parameters()]
     opt.step()
     return float(norm), grads
@@ -83,8 +76,7 @@ def _reference_update(net: QNetwork, target: QNetwork, opt: torch.optim.Adam, ba
 def _references(learner: Learner, lr: float):
     refs = []
     for k in range(learner.replicas):
-        n = learner.config.network
-        net = QNetwork(4, 2, n.hidden_sizes, n.layer_norm)
+        net = QNetwork(learner.spec)
         with torch.no_grad():
             for p, s in zip(net.parameters(), learner.net.parameters()):
                 p.copy_(s[k])

@@ -1,58 +1,94 @@
+"""One network definition, three backends: every layer kind's torch module, stacked maths and numpy agree
+(forward), and the stacked hand-written backward equals autograd, for one replica and several."""
+
 import numpy as np
 import pytest
 import torch
 
+from dqnlab.agent.layers import Conv2d, LayerNorm, Linear, NetworkSpec, ReLU, Reshape, mlp_spec, network_spec
 from dqnlab.agent.networks import QNetwork, StackedQ, flatten_into
-from dqnlab.agent.policy import NumpyQ, ParamLayout
+from dqnlab.agent.policy import NumpyQ
+from dqnlab.config import Config, ConfigError
+
+EVERY_KIND = NetworkSpec((Reshape((2, 6, 6)), Conv2d("conv.0", 2, 3, 3, 1), ReLU(), Conv2d("conv.1", 3, 4, 2, 2), ReLU(),
+                          Reshape((-1,)), Linear("hidden.0", 16, 8), LayerNorm("norms.0", 8), ReLU(),
+                          Linear("head", 8, 3)), obs_dim=72, num_actions=3)  # fmt: skip
+"""Every layer kind in one network: an image observation (2 channels, 6x6) through two convolutions (the
+second strided), flattened, a LayerNorm'd hidden layer and the head."""
+
+SPECS = {"mlp": mlp_spec(4, 3, (32, 16)), "mlp+layernorm": mlp_spec(4, 3, (32, 16), layer_norm=True),
+         "every kind": EVERY_KIND}  # fmt: skip
 
 
-def _nets(k: int, layer_norm: bool) -> list[QNetwork]:
+def _nets(spec: NetworkSpec, k: int) -> list[QNetwork]:
     torch.manual_seed(0)
-    nets = [QNetwork(4, 3, (32, 16), layer_norm) for _ in range(k)]
+    nets = [QNetwork(spec) for _ in range(k)]
     for net in nets:  # non-trivial LayerNorm affine parameters
-        for norm in net.norms if layer_norm else []:
-            torch.nn.init.normal_(norm.weight)
-            torch.nn.init.normal_(norm.bias)
+        for name, p in net.named_parameters():
+            if name.startswith("norms."):
+                torch.nn.init.normal_(p)
     return nets
 
 
-@pytest.mark.parametrize("layer_norm", [False, True])
-def test_numpy_twin_computes_the_same_q_values_as_torch(layer_norm):
-    (net,) = _nets(1, layer_norm)
-    layout = ParamLayout.of(net)
-    twin = NumpyQ(layout, 2, layer_norm)
-    flatten_into(StackedQ.stack([net]), twin.params)
-    obs = np.random.default_rng(0).standard_normal((1, 10, 4)).astype(np.float32)
-    expected = net(torch.from_numpy(obs[0])).detach().numpy()
-    np.testing.assert_allclose(twin.q_values(obs)[0], expected, rtol=1e-5, atol=1e-5)
-    for row in range(3):  # the batch-1 fast path agrees too
-        one = twin.q_values(obs[:, row : row + 1])[0]
-        np.testing.assert_allclose(one, expected[row : row + 1], rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.parametrize("layer_norm", [False, True])
-def test_numpy_twin_of_k_replicas_computes_each_replicas_network(layer_norm):
-    nets = _nets(4, layer_norm)
+@pytest.mark.parametrize("k", [1, 3])
+@pytest.mark.parametrize("name", list(SPECS))
+def test_the_three_backends_agree_and_the_stacked_backward_equals_autograd(name, k):
+    spec = SPECS[name]
+    nets = _nets(spec, k)
     stacked = StackedQ.stack(nets)
-    twin = NumpyQ(stacked.layout(), 2, layer_norm, replicas=4)
+    twin = NumpyQ(spec, replicas=k)
     flatten_into(stacked, twin.params)
-    obs = np.random.default_rng(1).standard_normal((4, 3, 4)).astype(np.float32)
-    q = twin.q_values(obs)
-    for k, net in enumerate(nets):
-        expected = net(torch.from_numpy(obs[k])).detach().numpy()
-        np.testing.assert_allclose(q[k], expected, rtol=1e-5, atol=1e-5)
-        np.testing.assert_allclose(twin.replica(k).q_values(obs[k]), expected, rtol=1e-5, atol=1e-5)
+    obs = torch.randn(k, 5, spec.obs_dim)
+    dq = torch.randn(k, 5, spec.num_actions)
+    q, tape = stacked.forward_for_backward(obs)
+    grads = stacked.views(stacked.backward(tape, dq))
+    q_numpy = twin.q_values(obs.numpy())
+    for r, net in enumerate(nets):
+        q_r = net(obs[r])
+        torch.testing.assert_close(q[r], q_r.detach(), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(q_numpy[r], q_r.detach().numpy(), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(twin.replica(r).q_values(obs[r, :1].numpy()), q_r[:1].detach().numpy(), rtol=1e-4,
+                                   atol=1e-5)  # the one-observation path  # fmt: skip
+        (q_r * dq[r]).sum().backward()  # d/dtheta of <Q, dq> is the backward of dq
+        for pname, p in net.named_parameters():
+            torch.testing.assert_close(grads[pname][r], p.grad, rtol=1e-4, atol=1e-5, msg=pname)
+    assert [n for n, _ in nets[0].named_parameters()] == list(stacked.names) == list(spec.layout.names)
 
 
-def test_layer_norm_present_iff_on():
-    with_ln = QNetwork(4, 2, (64, 64), layer_norm=True)
-    without = QNetwork(4, 2, (64, 64), layer_norm=False)
+@pytest.mark.parametrize("name", list(SPECS))
+def test_the_hidden_activations_are_the_same_in_torch_and_stacked(name):
+    spec = SPECS[name]
+    nets = _nets(spec, 2)
+    obs = torch.randn(2, 5, spec.obs_dim)
+    q, acts = StackedQ.stack(nets).forward_with_activations(obs)
+    assert len(acts) == len(spec.feature_layers()) >= 1
+    for r, net in enumerate(nets):
+        q_r, acts_r = net.forward_with_activations(obs[r])
+        torch.testing.assert_close(q[r], q_r, rtol=1e-5, atol=1e-5)
+        for a, b in zip(acts, acts_r):
+            assert a.shape[-1] == b.shape[-1] and a[r].ndim == 2  # fully connected features (B, H)
+            torch.testing.assert_close(a[r], b, rtol=1e-5, atol=1e-5)
+
+
+def test_the_config_builds_the_network_and_refuses_convolutions_that_do_not_fit():
+    spec = network_spec(Config.from_flat(conv_channels=(8, 4), conv_kernels=(3, 2), conv_strides=(1, 2)).network,
+                        (2, 7, 7), 3)  # fmt: skip
+    assert [type(layer).__name__ for layer in spec.layers] == ["Reshape", "Conv2d", "ReLU", "Conv2d", "ReLU", "Reshape",
+                                                              "Linear", "ReLU", "Linear", "ReLU", "Linear"]  # fmt: skip
+    assert spec.obs_dim == 98 and spec.head == ("head.weight", "head.bias")
+    with pytest.raises(ValueError, match="conv_layers"):
+        network_spec(Config.from_flat(conv_channels=(4,), conv_kernels=(9,)).network, (2, 7, 7), 3)
+    with pytest.raises(ValueError, match="conv_layers"):
+        network_spec(Config.from_flat(conv_channels=(4,)).network, 4, 2)  # vector observations
+    with pytest.raises(ConfigError, match="conv_kernels"):
+        Config.from_flat(conv_channels=(4, 4), conv_kernels=(3,))
+
+
+def test_layer_norm_present_iff_on_and_sits_after_linear_before_relu():
+    with_ln, without = QNetwork(mlp_spec(4, 2, (64, 64), True)), QNetwork(mlp_spec(4, 2, (64, 64)))
     assert sum(isinstance(m, torch.nn.LayerNorm) for m in with_ln.modules()) == 2
     assert not any(isinstance(m, torch.nn.LayerNorm) for m in without.modules())
-
-
-def test_layer_norm_sits_after_linear_before_relu():
-    net = QNetwork(4, 2, (8,), layer_norm=True)
+    net = QNetwork(mlp_spec(4, 2, (8,), True))
     obs = torch.randn(5, 4)
     _, acts = net.forward_with_activations(obs)
     ln = net.norms[0]
@@ -60,30 +96,19 @@ def test_layer_norm_sits_after_linear_before_relu():
     torch.testing.assert_close(acts[0], expected)
 
 
-@pytest.mark.parametrize("hidden_sizes", [(8,), (32, 16), (16, 8, 8)])
-@pytest.mark.parametrize("layer_norm", [False, True])
-def test_the_hand_written_backward_equals_autograd_for_every_replica(hidden_sizes, layer_norm):
-    torch.manual_seed(1)
-    nets = [QNetwork(4, 3, hidden_sizes, layer_norm) for _ in range(3)]
-    for net in nets:  # non-trivial LayerNorm affine parameters
-        for norm in net.norms if layer_norm else []:
-            torch.nn.init.normal_(norm.weight)
-            torch.nn.init.normal_(norm.bias)
-    stacked = StackedQ.stack(nets)
-    obs, dq = torch.randn(3, 7, 4), torch.randn(3, 7, 3)
-    q, tape = stacked.forward_for_backward(obs)
-    grads = stacked.views(stacked.backward(tape, dq))
-    for k, net in enumerate(nets):
-        q_k = net(obs[k])
-        torch.testing.assert_close(q[k], q_k.detach(), rtol=1e-5, atol=1e-6)
-        (q_k * dq[k]).sum().backward()  # d/dtheta of <Q, dq> is the backward of dq
-        for name, p in net.named_parameters():
-            torch.testing.assert_close(grads[name][k], p.grad, rtol=1e-4, atol=1e-5, msg=name)
-    assert {n for n, _ in nets[0].named_parameters()} == set(grads)  # every parameter has its gradient
+def test_a_replicas_initial_weights_are_drawn_in_the_order_the_mlp_always_drew_them():
+    # hidden linears in order, then the head (LayerNorm draws nothing): the same weights for a seed as
+    # before the layers were one spec, so runs reproduce across the change
+    torch.manual_seed(3)
+    net = QNetwork(mlp_spec(4, 2, (8, 8), True))
+    torch.manual_seed(3)
+    linears = [torch.nn.Linear(4, 8), torch.nn.Linear(8, 8), torch.nn.Linear(8, 2)]
+    for mine, want in zip([net.hidden[0], net.hidden[1], net.head], linears):
+        torch.testing.assert_close(mine.weight, want.weight)
 
 
 def test_named_parameters_are_views_of_the_one_matrix_actors_read():
-    nets = _nets(2, True)
+    nets = _nets(SPECS["mlp+layernorm"], 2)
     stacked = StackedQ.stack(nets)
     with torch.no_grad():
         stacked.flat.add_(1.0)  # one in-place change of the matrix ...

@@ -135,7 +135,9 @@ def test_a_prioritized_run_holds_the_utd_and_reports_every_workers_share(leak_gu
         for rep in result.replicas:
             assert rep.final[M.UPDATES] == 2000 and rep.final[M.UTD_REALISED] == pytest.approx(2.0)
             shares = [rep.final[M.worker_share(w, "sampled")] for w in range(2)]
-            assert sum(shares) == pytest.approx(1.0) and min(shares) > 0.2
+            assert sum(shares) == pytest.approx(1.0)
+            if mode == "serial":  # the workers step in turn: each holds half the ring (in parallel: their speeds)
+                assert min(shares) > 0.2
 
 
 def test_a_transition_without_an_actors_priority_takes_the_largest_so_far():
@@ -238,7 +240,7 @@ def test_the_learners_td_errors_are_q_minus_the_reference_target_before_its_step
     for k in range(2):  # each replica's online and target network before the step, as nn.Modules
         pair = []
         for stacked in (learner.net, learner.target):
-            net = QNetwork(3, 2, (8,), False)
+            net = QNetwork(learner.spec)
             net.load_state_dict({name: v[k].clone() for name, v in stacked.named().items()})
             pair.append(net)
         nets.append(pair)

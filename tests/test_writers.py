@@ -66,9 +66,9 @@ def test_the_naive_setups_take_exactly_the_owed_updates_and_measure_what_they_lo
     final = result.final
     if result.status == "completed":
         assert final[UPDATES] == 1000  # utd * (E - learning_starts), summed over the two workers
-    if writers == "local_copies":
-        assert final[LOST_UPDATES] > 0  # two copies written back in turn overwrite each other
-        assert 0 < final[LOST_UPDATE_FRAC] <= 1
+    if writers == "local_copies":  # how many are lost is the scheduler's (a deterministic case: the toy tests)
+        assert 0 <= final[LOST_UPDATES] <= final[UPDATES]
+        assert final[LOST_UPDATE_FRAC] == final[LOST_UPDATES] / final[UPDATES]
         assert f"lost_update_frac={final[LOST_UPDATE_FRAC]:.3f}" in result.summary()  # the figure the run is for
     else:
         assert final[LOST_UPDATES] == 0 and 0 <= final[RACED_WRITE_FRAC] <= 1
@@ -98,7 +98,7 @@ def test_a_local_copy_with_no_transition_of_its_own_leaves_the_owed_updates_to_t
     replay.claim(40)
     replay.commit(0, obs, np.zeros((1, 40), np.int64), np.ones((1, 40), np.float32), obs, flags, flags,
                   np.zeros((1, 40), np.int64), 0, [], claim_next=0)  # worker 0 alone has produced  # fmt: skip
-    idle, busy = (WorkerUpdates(w, config, replay, parts.naive, parts.layout, 4, 2) for w in (1, 0))
+    idle, busy = (WorkerUpdates(w, config, replay, parts.naive, parts.spec) for w in (1, 0))
     assert idle.run_owed() == 0  # nothing of its own: no claim, no crash
     assert busy.run_owed() == 4 * (40 - 32)  # the owed updates are all taken, by the worker with data
     parts.pool.stop()
@@ -130,7 +130,7 @@ def test_a_local_copy_that_synced_builds_on_the_shared_lineage_and_one_that_did_
     from dqnlab.engine.naive import DONE, OVERWRITTEN, WorkerUpdates
 
     config, parts = _naive_parts("local_copies")
-    a, b = (WorkerUpdates(w, config, parts.replay, parts.naive, parts.layout, 4, 2) for w in (0, 1))
+    a, b = (WorkerUpdates(w, config, parts.replay, parts.naive, parts.spec) for w in (0, 1))
     _take(a, 3)  # updates 0, 1, 2 in A's copy, written back after each
     b.sync()  # B takes the shared vector and what it contains
     _take(b, 2)  # 3, 4 build on A's: nothing is lost
@@ -149,7 +149,7 @@ def test_hogwild_counts_a_write_that_overlaps_another_and_none_when_they_take_tu
     from dqnlab.engine.naive import RACED, WRITES, WorkerUpdates
 
     config, parts = _naive_parts("hogwild")
-    a, b = (WorkerUpdates(w, config, parts.replay, parts.naive, parts.layout, 4, 2) for w in (0, 1))
+    a, b = (WorkerUpdates(w, config, parts.replay, parts.naive, parts.spec) for w in (0, 1))
     counters = parts.naive.counters
     _take(a, 1)
     _take(b, 1)  # one after the other: no race
@@ -170,7 +170,7 @@ def test_a3c_pushes_gradients_computed_on_a_stale_copy_and_measures_how_stale():
     from dqnlab.engine.naive import DONE, STALE_N, STALE_SUM, WRITES, WorkerUpdates
 
     config, parts = _naive_parts("a3c")
-    a, b = (WorkerUpdates(w, config, parts.replay, parts.naive, parts.layout, 4, 2) for w in (0, 1))
+    a, b = (WorkerUpdates(w, config, parts.replay, parts.naive, parts.spec) for w in (0, 1))
     counters, shared = parts.naive.counters, parts.naive.params
     before = shared.copy()
     local = np.empty_like(shared)
@@ -198,7 +198,7 @@ def test_each_a3c_push_is_the_gradient_of_its_own_batch_at_the_local_copy():
 
     config, parts = _naive_parts("a3c")
     config = config.replace(max_grad_norm=1e9)  # unclipped: a sum of gradients cannot hide under the clip
-    a = WorkerUpdates(0, config, parts.replay, parts.naive, parts.layout, 4, 2)
+    a = WorkerUpdates(0, config, parts.replay, parts.naive, parts.spec)
     batches, pushed = [], []
     sample, step = a._sample, a.opt.step
     a._sample = lambda: batches.append(sample()) or batches[-1]

@@ -1,4 +1,4 @@
-"""The two private ATen kernels the hand-written backward (:meth:`StackedQ.backward`) calls, behind one
+"""The private ATen kernels the hand-written backward (:mod:`dqnlab.agent.layers`) calls, behind one
 function each: the only place this project touches ``torch.ops.aten``, so a torch release that moves
 them breaks here, and the backward's test against autograd (``tests/test_networks.py``) says so."""
 
@@ -18,3 +18,11 @@ def layer_norm_input_backward(grad_y: torch.Tensor, z: torch.Tensor, mean: torch
     given ``grad_y = dL/dy`` and the ``mean``/``rstd`` its forward saved (aten's own kernel)."""
     return torch.ops.aten.native_layer_norm_backward(grad_y, z, z.shape[-1:], mean, rstd, None, None,
                                                      [True, False, False])[0]  # fmt: skip
+
+
+def conv2d_backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, stride: int, groups: int,
+                    need_input: bool) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """``(dL/dx, dL/dweight, dL/dbias)`` of ``conv2d(x, weight, bias, stride, groups=groups)`` (no padding)
+    given ``grad_out``; ``dL/dx`` only when ``need_input`` (aten's own kernel)."""
+    return torch.ops.aten.convolution_backward(grad_out, x, weight, [weight.shape[0]], [stride, stride], [0, 0],
+                                               [1, 1], False, [0, 0], groups, [need_input, True, True])  # fmt: skip

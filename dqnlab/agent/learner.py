@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from dqnlab.agent.adam import StackedAdam
 from dqnlab.agent.batch import Batch
 from dqnlab.agent.diagnostics import q_statistics
+from dqnlab.agent.layers import network_spec
 from dqnlab.agent.networks import QNetwork, StackedQ
 from dqnlab.agent.reference import td_target
 from dqnlab.agent.schedules import Periodic, PolyakClock
@@ -64,10 +65,11 @@ class StepOutputs(NamedTuple):
 class Learner:
     """Owns the online and target networks of every replica and their optimizer; counts updates."""
 
-    def __init__(self, config: Config, obs_dim: int, num_actions: int, device: str = "cpu"):
+    def __init__(self, config: Config, obs_shape: int | tuple[int, ...], num_actions: int, device: str = "cpu"):
+        """``obs_shape``: an observation's size (vectors) or shape (images, ``(C, H, W)``)."""
         self.config = config
         self.device = torch.device(device)
-        self.obs_dim, self.num_actions = obs_dim, num_actions
+        self.spec = network_spec(config.network, obs_shape, num_actions)
         self.replicas = config.run.replicas
         self.seeds = [config.run.seed + k for k in range(self.replicas)]
         self._gens = [torch.Generator().manual_seed(s) for s in self.seeds]
@@ -94,8 +96,7 @@ class Learner:
         (for replica k of a run with seed s, exactly what a one-replica run with seed s + k draws)."""
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=self._gens[replica])))
-            n = self.config.network
-            return QNetwork(self.obs_dim, self.num_actions, n.hidden_sizes, n.layer_norm)
+            return QNetwork(self.spec)
 
     def batch_tensors(self, batch: Batch) -> list[torch.Tensor]:
         """The arrays :meth:`gradient_step` reads (obs, actions, rewards, next_obs, terminated, and the
@@ -208,7 +209,7 @@ class Learner:
     def reset_names(self, mode: str) -> list[str]:
         """Names of the parameters a reset ``mode`` touches (head = the last linear layer)."""
         if mode == "head":
-            return ["head.weight", "head.bias"]
+            return list(self.spec.head)
         if mode in ("full", "shrink_perturb"):
             return list(self.net.names)
         raise ValueError(f"reset: got {mode!r}; allowed: 'head', 'full', 'shrink_perturb'")

@@ -48,15 +48,15 @@ def dqn_loss(net: nn.Module, target: nn.Module, obs: torch.Tensor, actions: torc
 
 
 def dqn_gradient(net: nn.Module, target: nn.Module, batch: tuple[torch.Tensor, ...], agent: AgentConfig,
-                 weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+                 weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """Set ``net``'s ``.grad`` to the clipped gradient of this batch's loss alone (a gradient left from an
-    earlier batch is cleared first); returns the loss and the TD errors. ``batch``: obs, actions,
-    rewards, next_obs, terminated."""
+    earlier batch is cleared first); returns the loss, the TD errors and the gradient's norm before
+    clipping. ``batch``: obs, actions, rewards, next_obs, terminated."""
     net.zero_grad(set_to_none=True)
     loss, td_errors = dqn_loss(net, target, *batch, agent, weights)
     loss.backward()
-    nn.utils.clip_grad_norm_(net.parameters(), agent.max_grad_norm)
-    return loss.detach(), td_errors
+    norm = nn.utils.clip_grad_norm_(net.parameters(), agent.max_grad_norm)
+    return loss.detach(), td_errors, norm
 
 
 def update_target(target: nn.Module, net: nn.Module, weight: float) -> None:

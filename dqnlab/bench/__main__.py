@@ -28,12 +28,13 @@ import time
 import gymnasium as gym
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from dqnlab import metrics as M
-from dqnlab.agent.learner import Learner, td_target
+from dqnlab.agent.layers import network_spec
+from dqnlab.agent.learner import Learner
 from dqnlab.agent.networks import QNetwork, StackedQ, flatten_into
-from dqnlab.agent.policy import NumpyQ, ParamLayout
+from dqnlab.agent.policy import NumpyQ
+from dqnlab.agent.reference import dqn_gradient
 from dqnlab.config import Config
 from dqnlab.engine import train
 from dqnlab.engine.actor import Actor, ActorBoard
@@ -66,8 +67,9 @@ def env_policy(steps: int, use_torch: bool) -> float:
     config = Config()
     env = gym.make(ENV_ID)
     obs, _ = env.reset(seed=0)
-    net = QNetwork(4, 2, config.network.hidden_sizes, config.network.layer_norm)
-    twin = NumpyQ(ParamLayout.of(net), len(config.network.hidden_sizes), config.network.layer_norm)
+    spec = network_spec(config.network, 4, 2)
+    net = QNetwork(spec)
+    twin = NumpyQ(spec)
     flatten_into(net, twin.params)
     t = time.perf_counter()
     for _ in range(steps):
@@ -94,21 +96,14 @@ def bare_update_loop(updates: int) -> float:
     actions = rng.integers(0, 2, n)
     rewards = np.ones(n, np.float32)
     terminated = rng.random(n) < 0.02
-    net = QNetwork(4, 2, config.network.hidden_sizes, False)
-    target = QNetwork(4, 2, config.network.hidden_sizes, False)
+    spec = network_spec(config.network, 4, 2)
+    net, target = QNetwork(spec), QNetwork(spec)
     opt = torch.optim.Adam(net.parameters(), lr=a.lr)
 
     def step():
         i = rng.integers(0, n, a.batch_size)
-        o, no = torch.from_numpy(obs[i]), torch.from_numpy(next_obs[i])
-        act, r, d = torch.from_numpy(actions[i]), torch.from_numpy(rewards[i]), torch.from_numpy(terminated[i])
-        with torch.no_grad():
-            y = td_target(r, d, target(no), a.gamma, net(no))
-        q = net(o).gather(1, act.unsqueeze(1)).squeeze(1)
-        loss = F.smooth_l1_loss(q, y)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), a.max_grad_norm)
+        batch = (torch.from_numpy(x[i]) for x in (obs, actions, rewards, next_obs, terminated))
+        dqn_gradient(net, target, tuple(batch), a)
         opt.step()
 
     for _ in range(50):
@@ -152,8 +147,9 @@ def actor_unthrottled(steps: int, replicas: int = 1, envs: int = 1) -> float:
     ``replicas x envs`` environments."""
     config = Config.from_flat(num_workers=1, total_env_steps=10**9, limiter="free", replicas=replicas,
                               envs_per_worker=envs)  # fmt: skip
-    nets = [QNetwork(4, 2, config.network.hidden_sizes, False) for _ in range(replicas)]
-    layout = ParamLayout.of(nets[0])
+    spec = network_spec(config.network, 4, 2)
+    nets = [QNetwork(spec) for _ in range(replicas)]
+    layout = spec.layout
     replay, arena = _replay_for(config, 10**9)
     weights = WeightBroadcast(arena, replicas * layout.size)
     board = ActorBoard(arena, 1)
@@ -163,7 +159,7 @@ def actor_unthrottled(steps: int, replicas: int = 1, envs: int = 1) -> float:
     flat = np.zeros(replicas * layout.size, np.float32)
     flatten_into(StackedQ.stack(nets), flat)
     weights.publish(flat, 0)
-    actor = Actor(0, config, replay, weights, layout, board)
+    actor = Actor(0, config, replay, weights, spec, board)
     calls = max(1, steps // (replicas * envs))
     for _ in range(min(200, calls)):
         actor.try_step()
@@ -197,23 +193,15 @@ def autograd_learner(updates: int) -> float:
     filled shared replay as :func:`stacked_learner`; updates/s."""
     config = Config.from_flat(buffer_capacity=20_000)
     a = config.agent
-    net = QNetwork(4, 2, config.network.hidden_sizes, False)
-    target = QNetwork(4, 2, config.network.hidden_sizes, False)
+    spec = network_spec(config.network, 4, 2)
+    net, target = QNetwork(spec), QNetwork(spec)
     opt = torch.optim.Adam(net.parameters(), lr=a.lr, fused=True)
     replay = _filled_replay(config.agent.buffer_capacity, 10_000)
     rngs = [np.random.default_rng(0)]
 
     def step():
         b = replay.sample(rngs, a.batch_size)
-        o, no = torch.from_numpy(b.obs[0]), torch.from_numpy(b.next_obs[0])
-        act, r, d = torch.from_numpy(b.actions[0]), torch.from_numpy(b.rewards[0]), torch.from_numpy(b.terminated[0])
-        with torch.no_grad():
-            y = td_target(r, d, target(no), a.gamma, net(no))
-        q = net(o).gather(1, act.unsqueeze(1)).squeeze(1)
-        loss = F.smooth_l1_loss(q, y)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), a.max_grad_norm)
+        dqn_gradient(net, target, tuple(torch.from_numpy(x[0]) for x in b.learner_arrays()), a)
         opt.step()
 
     with learner_cpu(1):  # as the engine runs a learner: denormals flushed, one thread

@@ -14,7 +14,8 @@ import time
 
 import numpy as np
 
-from dqnlab.agent.policy import NumpyQ, ParamLayout
+from dqnlab.agent.layers import NetworkSpec
+from dqnlab.agent.policy import NumpyQ
 from dqnlab.config import Config
 from dqnlab.engine.envs import make_bank
 from dqnlab.engine.replay import GO, STOP, WAIT, SharedReplay, wait_backoff
@@ -77,7 +78,7 @@ class Actor:
         config: Config,
         replay: SharedReplay,
         weights: WeightBroadcast,
-        layout: ParamLayout,
+        spec: NetworkSpec,
         board: ActorBoard,
         health_check=None,
     ):
@@ -108,7 +109,7 @@ class Actor:
         self._truncated = np.empty(shape, dtype=np.bool_)
         self._outs = [[(self._next_obs[r], self._rewards[r], self._terminated[r], self._truncated[r], buf[r])
                        for r in range(self.k)] for buf in self._obs_buffers]  # fmt: skip
-        self.policy = NumpyQ(layout, len(config.network.hidden_sizes), config.network.layer_norm, self.k)
+        self.policy = NumpyQ(spec, self.k)
         self.version = -1
         self._since_sync = config.run.sync_every  # pull before the first step
         self._episode = np.tile(np.arange(self.n, dtype=np.int64), (self.k, 1))
@@ -207,13 +208,13 @@ class Actor:
             bank.close()
 
 
-def actor_main(worker: int, config: Config, replay, weights, layout, board: ActorBoard) -> None:
+def actor_main(worker: int, config: Config, replay, weights, spec: NetworkSpec, board: ActorBoard) -> None:
     """Entry point of an actor process (forked): collect until STOP (:mod:`dqnlab.engine.worker_process`
     handles signals, errors and the exit)."""
     from dqnlab.engine.worker_process import run_worker_process
 
     def collect(parent_alive) -> Actor:
-        actor = Actor(worker, config, replay, weights, layout, board, parent_alive)
+        actor = Actor(worker, config, replay, weights, spec, board, parent_alive)
         try:
             attempt = 0
             while True:

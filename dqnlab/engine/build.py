@@ -9,9 +9,9 @@ import multiprocessing as mp
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from dqnlab.agent.layers import NetworkSpec
 from dqnlab.agent.learner import Learner
 from dqnlab.agent.networks import flatten_into
-from dqnlab.agent.policy import ParamLayout
 from dqnlab.config import Config
 from dqnlab.engine.actor import ActorBoard, actor_main
 from dqnlab.engine.limiter import RateLimiter
@@ -31,8 +31,8 @@ class EngineParts:
     config: Config
     limiter: RateLimiter
     learner: Learner
-    layout: ParamLayout
-    """One replica's parameter layout; the broadcast holds ``replicas`` such vectors back to back."""
+    spec: NetworkSpec
+    """The network every part builds from; the broadcast holds ``replicas`` vectors of its layout back to back."""
     replay: SharedReplay
     weights: WeightBroadcast
     board: ActorBoard
@@ -53,7 +53,8 @@ def build(config: Config, obs_dim: int, num_actions: int) -> EngineParts:
     c, r, a = config, config.run, config.agent
     limiter = RateLimiter(a.utd, r.learning_starts, r.limiter_slack, r.limiter == "strict").for_budget(r.total_env_steps)
     learner = Learner(config, obs_dim, num_actions, r.device)
-    layout = learner.net.layout()
+    spec = learner.net.spec
+    layout = spec.layout
     arena = SharedArena()
     priorities = (a.priority_alpha, a.priority_eps) if a.replay == "prioritized" else None
     replay = SharedReplay(arena, mp.get_context("fork").Lock(), a.buffer_capacity, obs_dim, c.env.num_workers, limiter,
@@ -68,8 +69,8 @@ def build(config: Config, obs_dim: int, num_actions: int) -> EngineParts:
     arena.allocate()
     replay.bind()
     board.bind()
-    pool = ActorPool(config, replay, weights, layout, board, worker_main)
-    parts = EngineParts(config, limiter, learner, layout, replay, weights, board, pool, arena, naive)
+    pool = ActorPool(config, replay, weights, spec, board, worker_main)
+    parts = EngineParts(config, limiter, learner, spec, replay, weights, board, pool, arena, naive)
     parts.publish()
     if naive is not None:
         naive.bind()

@@ -16,18 +16,19 @@ import gymnasium as gym
 
 from dqnlab.agent.collapse import parameters_finite
 from dqnlab.agent.greedy_episodes import evaluate
+from dqnlab.agent.layers import NetworkSpec
 from dqnlab.agent.networks import StackedQ, flatten_into
-from dqnlab.agent.policy import NumpyQ, ParamLayout
+from dqnlab.agent.policy import NumpyQ
 from dqnlab.config import Config
 from dqnlab.metrics import EVAL_RETURN_BEST, EVAL_RETURN_MEAN
 
 
 class EvalSchedule:
-    def __init__(self, config: Config, layout: ParamLayout):
+    def __init__(self, config: Config, spec: NetworkSpec):
         self.config = config
         k = config.run.replicas
-        self.policy = NumpyQ(layout, len(config.network.hidden_sizes), config.network.layer_norm, k)
-        self._rows = self.policy.params.reshape(k, layout.size)
+        self.policy = NumpyQ(spec, k)
+        self._rows = self.policy.params.reshape(k, spec.layout.size)
         self.env = gym.make(config.env.env_id)
         self.every = config.run.eval_every_steps
         self.total_env_steps = config.run.total_env_steps

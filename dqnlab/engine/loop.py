@@ -37,7 +37,7 @@ class LearnerLoop:
         self.parts = parts
         self.cb = callbacks
         self.window = MetricsWindow(parts, self.writer_counts)
-        self.evaluator = EvalSchedule(parts.config, parts.layout)
+        self.evaluator = EvalSchedule(parts.config, parts.spec)
         r = parts.config.run
         self.rngs = [np.random.default_rng([r.seed + k, PROBE_STREAM]) for k in range(r.replicas)]
         # a stream of its own, so that measuring current data never changes what the learner samples

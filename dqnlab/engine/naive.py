@@ -37,8 +37,8 @@ import numpy as np
 import torch
 
 from dqnlab.agent.batch import Batch
+from dqnlab.agent.layers import NetworkSpec
 from dqnlab.agent.networks import QNetwork, flatten_into
-from dqnlab.agent.policy import ParamLayout
 from dqnlab.agent.reference import dqn_gradient, update_target
 from dqnlab.agent.schedules import Periodic
 from dqnlab.config import Config
@@ -109,17 +109,15 @@ class NaiveShared:
 class WorkerUpdates:
     """A naive worker's gradient steps: claims the updates the data owe, samples, steps, writes."""
 
-    def __init__(self, worker: int, config: Config, replay: SharedReplay, shared: NaiveShared, layout: ParamLayout,
-                 obs_dim: int, num_actions: int):  # fmt: skip
+    def __init__(self, worker: int, config: Config, replay: SharedReplay, shared: NaiveShared, spec: NetworkSpec):
         self.worker, self.config, self.replay, self.shared = worker, config, replay, shared
         self.mode = config.run.writers
-        n = config.network
-        self.net = QNetwork(obs_dim, num_actions, n.hidden_sizes, n.layer_norm)
-        self.layout = layout
+        self.net = QNetwork(spec)
+        self.layout = layout = spec.layout
         self._flat = np.zeros(layout.size, dtype=np.float32)
         self._synced_at = 0  # a3c: the shared updates done when the local copy last took the shared vector
         if self.mode in ("hogwild", "a3c"):  # the optimizer's parameters: the shared floats themselves
-            self.shared_net = QNetwork(obs_dim, num_actions, n.hidden_sizes, n.layer_norm)
+            self.shared_net = QNetwork(spec)
             views = layout.views(shared.params)
             for name, p in self.shared_net.named_parameters():
                 p.data = torch.from_numpy(views[name])
@@ -251,7 +249,7 @@ class NaiveWeights:
         return int(self.updates.shared.counters[DONE])
 
 
-def naive_worker_main(worker: int, config: Config, replay: SharedReplay, weights, layout: ParamLayout, board,
+def naive_worker_main(worker: int, config: Config, replay: SharedReplay, weights, spec: NetworkSpec, board,
                       shared: NaiveShared) -> None:  # fmt: skip
     """Entry point of a naive setup's worker process (forked): collect with an
     :class:`~dqnlab.engine.actor.Actor` and learn with :class:`WorkerUpdates` until the budget is spent
@@ -259,10 +257,8 @@ def naive_worker_main(worker: int, config: Config, replay: SharedReplay, weights
     worker acts on its own parameters."""
 
     def collect_and_learn(parent_alive) -> Actor:
-        obs_dim = layout.shapes[layout.names.index("hidden.0.weight")][1]
-        num_actions = layout.shapes[layout.names.index("head.weight")][0]
-        updates = WorkerUpdates(worker, config, replay, shared, layout, obs_dim, num_actions)
-        actor = Actor(worker, config, replay, NaiveWeights(updates), layout, board, parent_alive)
+        updates = WorkerUpdates(worker, config, replay, shared, spec)
+        actor = Actor(worker, config, replay, NaiveWeights(updates), spec, board, parent_alive)
         try:
             naive_worker_loop(actor, updates, replay, board, worker, parent_alive)
         except BaseException:

@@ -32,11 +32,11 @@ class ActorPool:
     the caller guarantees the process has no other thread). ``serial``: :class:`Actor` objects that
     :meth:`step_one` steps in the learner's process, round-robin, through the same code path."""
 
-    def __init__(self, config: Config, replay: SharedReplay, weights: WeightBroadcast, layout, board: ActorBoard,
+    def __init__(self, config: Config, replay: SharedReplay, weights: WeightBroadcast, spec, board: ActorBoard,
                  worker_main: Callable[..., None] = actor_main):  # fmt: skip
-        """``worker_main(worker, config, replay, weights, layout, board)`` is a forked worker's body:
+        """``worker_main(worker, config, replay, weights, spec, board)`` is a forked worker's body:
         :func:`~dqnlab.engine.actor.actor_main`, or a naive setup's worker that also learns."""
-        self.config, self.replay, self.weights, self.layout, self.board = config, replay, weights, layout, board
+        self.config, self.replay, self.weights, self.spec, self.board = config, replay, weights, spec, board
         self.worker_main = worker_main
         self.procs: list[mp.Process] = []
         self.actors: list[Actor] = []
@@ -52,7 +52,7 @@ class ActorPool:
         self.board.heartbeat[:] = time.monotonic()
         if c.run.mode == "serial":
             self.actors = [
-                Actor(w, c, self.replay, self.weights, self.layout, self.board, None)
+                Actor(w, c, self.replay, self.weights, self.spec, self.board, None)
                 for w in range(c.env.num_workers)
             ]
             return
@@ -60,7 +60,7 @@ class ActorPool:
         for w in range(c.env.num_workers):
             p = ctx.Process(
                 target=self.worker_main,
-                args=(w, c, self.replay, self.weights, self.layout, self.board),
+                args=(w, c, self.replay, self.weights, self.spec, self.board),
                 name=f"dqnlab-actor-{w}",
                 daemon=True,
             )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import Any, get_origin
 
 from dqnlab.config import ConfigError, field_types, text_parser
 from dqnlab.signals import sigterm_as_interrupt
@@ -61,7 +61,7 @@ def parse_field_value(name: str, text: str) -> Any:
 def parse_axis(text: str, variants: dict[str, Any] | None = None) -> tuple[str, list[Any]]:
     """``NAME=V1,V2`` (tuple fields: values separated by ``;``); ``variant=A,B`` names the preset's variants."""
     name, values = parse_assignment(text, "--axis")
-    if name in ("hidden_sizes", "worker_step_delay_s", "worker_max_episode_steps"):
+    if get_origin(field_types().get(name)) is tuple:  # hidden_sizes, conv_channels, worker_step_delay_s, ...
         parts = [v for v in values.split(";") if v.strip()]
     else:
         parts = [v for v in values.split(",") if v.strip()]
