@@ -479,9 +479,9 @@ def finding_writers(runs: pd.DataFrame, hist: pd.DataFrame | None = None) -> Fin
     """The single learner beside the naive writers, per cell (writers x workers x UTD): final return,
     divergence, lost-update fraction (``local_copies``), raced-write fraction (``hogwild``, ``a3c``) and
     the age of pushed gradients (``a3c``)."""
-    runs = runs.assign(diverged=runs["collapse"].eq("diverged"),
-                       cell=runs.apply(lambda r: f"{int(r['num_workers'])} workers, UTD {r['utd']:g}", axis=1),
-                       writers=runs["writers"].where(~(runs["writers"].eq("a3c") & runs["sync_every"].eq(5)), A3C_SYNC5))  # fmt: skip
+    sync5 = runs["writers"].eq("a3c") & runs["sync_every"].eq(5)
+    runs = runs.assign(diverged=runs["collapse"].eq("diverged"), writers=runs["writers"].where(~sync5, A3C_SYNC5),
+                       cell=runs.apply(lambda r: f"{int(r['num_workers'])} workers, UTD {r['utd']:g}", axis=1))  # fmt: skip
     cells = sorted(runs["cell"].unique(), key=lambda c: (float(c.split("UTD ")[1]), c))
     order = [w for w in WRITERS_ORDER if w in set(runs["writers"])]
     fig, axes = plt.subplots(1, 3, figsize=(19, 4.6))

@@ -13,14 +13,16 @@ updates the final parameters hold, and prints it beside the audit's count.
 How many updates are lost depends on how the OS interleaves the writes: with more workers than cores a
 worker often runs a burst of updates while the others wait, and a burst overwrites nothing of its own,
 so the lost share falls below 1 - 1/N (about 0.49 with 3 workers on 2 cores). ``--take-turns`` makes
-the workers write back in a fixed order (0, 1, ..., N-1, 0, ...), the interleaving of N processes that
-each get a core: between two syncs each worker adds its own updates to the same pulled state and only
-the last writer's survive, so about 1 - 1/N of the updates are lost whatever the machine.
+the workers go in lockstep, each env step a turn in a fixed order (0, 1, ..., N-1, 0, ...) in which a
+worker syncs (when due) and writes back: the interleaving of N processes that each get a core. Between
+two syncs each worker adds its own updates to the same pulled state and only the last writer's survive,
+so about 1 - 1/N of the updates are lost, the same count on any machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing as mp
 import sys
 import tempfile
@@ -50,13 +52,23 @@ def worker(w: int, args, shared: torch.Tensor, counter, turn, lock, folder: str)
     def load(vector: torch.Tensor) -> None:
         torch.nn.utils.vector_to_parameters(vector[:n_params], net.parameters())
 
-    def sync() -> None:
-        with lock:
-            copy.copy_(shared)
-            audit.synced(w)
+    def sync() -> None:  # under the lock
+        copy.copy_(shared)
+        audit.synced(w)
         load(copy)
 
-    sync()
+    def write_back(loss: float) -> int:  # under the lock; returns the update's id
+        uid = counter.value
+        counter.value += 1
+        copy[:n_params] = torch.nn.utils.parameters_to_vector(net.parameters()).detach()
+        copy[n_params + uid] = 1.0  # the ledger: this copy now holds update uid
+        audit.updated(w, td_loss=loss)
+        shared.copy_(copy)  # the whole copy, the last writer wins
+        audit.wrote(w)
+        return uid
+
+    with lock:
+        sync()
     target.load_state_dict(net.state_dict())
     opt = torch.optim.Adam(net.parameters(), lr=1e-3)
     env = gym.make("CartPole-v1")
@@ -74,43 +86,42 @@ def worker(w: int, args, shared: torch.Tensor, counter, turn, lock, folder: str)
         for k, v in zip(buf, (obs, action, reward, next_obs, terminated)):
             buf[k].append(v)
         obs = env.reset()[0] if terminated or truncated else next_obs
-        if (step + 1) % args.sync_every == 0:
-            sync()
-        if step * args.workers < args.learning_starts:
-            continue
-        owed += args.utd
-        while owed >= 1.0:
-            owed -= 1.0
-            idx = rng.integers(0, len(buf["obs"]), 64)
-            o, a, r, o2, d = (torch.as_tensor(np.asarray(buf[k])[idx], dtype=torch.float32) for k in buf)
-            audit.sampled(np.asarray(tags)[idx], counter.value)
-            with torch.no_grad():
-                y = r + 0.99 * (1 - d) * target(o2).max(1).values
-            loss = F.smooth_l1_loss(net(o).gather(1, a.long()[:, None]).squeeze(1), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            with lock:
-                if args.take_turns:
-                    _wait_for_turn(w, turn, lock)
-                uid = counter.value
-                counter.value += 1
-                copy[:n_params] = torch.nn.utils.parameters_to_vector(net.parameters()).detach()
-                copy[n_params + uid] = 1.0  # the ledger: this copy now holds update uid
-                audit.updated(w, td_loss=loss.item())
-                shared.copy_(copy)  # the whole copy, the last writer wins
-                audit.wrote(w)
-                if args.take_turns:
-                    turn.value = (w + 1) % args.workers
-                    lock.notify_all()
-            if uid % 250 == 0:
-                target.load_state_dict(net.state_dict())
+        if args.take_turns:  # lockstep: this env step's sync and writes happen in this worker's turn
+            lock.acquire()
+            _wait_for_turn(w, turn, lock)
+        try:
+            if (step + 1) % args.sync_every == 0:
+                with contextlib.nullcontext() if args.take_turns else lock:
+                    sync()
+            if step * args.workers < args.learning_starts:
+                continue
+            owed += args.utd
+            while owed >= 1.0:
+                owed -= 1.0
+                idx = rng.integers(0, len(buf["obs"]), 64)
+                o, a, r, o2, d = (torch.as_tensor(np.asarray(buf[k])[idx], dtype=torch.float32) for k in buf)
+                audit.sampled(np.asarray(tags)[idx], counter.value)
+                with torch.no_grad():
+                    y = r + 0.99 * (1 - d) * target(o2).max(1).values
+                loss = F.smooth_l1_loss(net(o).gather(1, a.long()[:, None]).squeeze(1), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                with contextlib.nullcontext() if args.take_turns else lock:
+                    uid = write_back(loss.item())
+                if uid % 250 == 0:
+                    target.load_state_dict(net.state_dict())
+        finally:
+            if args.take_turns:
+                turn.value = (w + 1) % args.workers
+                lock.notify_all()
+                lock.release()
     audit.resident(tags)  # this worker's buffer (the report sums the workers' snapshots)
     audit.close()
 
 
-def _wait_for_turn(w: int, turn, lock, timeout_s: float = 120.0) -> None:
-    """Block (holding ``lock``, a Condition) until it is worker ``w``'s turn to write back; a worker that
+def _wait_for_turn(w: int, turn, lock, timeout_s: float = 300.0) -> None:
+    """Block (holding ``lock``, a Condition) until it is worker ``w``'s turn; a worker that
     died would stall the others forever, so a turn that does not come within ``timeout_s`` is an error."""
     if not lock.wait_for(lambda: turn.value == w, timeout=timeout_s):
         raise RuntimeError(f"worker {w}: no turn to write within {timeout_s:.0f} s (worker {turn.value} stalled)")
@@ -126,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--take-turns",
         action="store_true",
-        help="write back in a fixed order 0..N-1 (a deterministic lost share of about 1 - 1/N)",
+        help="lockstep: each env step a turn in the order 0..N-1 (the same lost count on any machine, ~1 - 1/N)",
     )
     p.add_argument("--folder", default=None, help="where the audit's events go (default: a temporary folder)")
     args = p.parse_args(argv)

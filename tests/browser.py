@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -29,11 +30,21 @@ def text_of(html: str) -> str:
     return " ".join(re.sub(r"<[^>]+>", " ", html).split())
 
 
-def page_text(url: str, profile: Path, expect: str, tries: int = 3) -> tuple[str, str]:
-    """``(text, html)`` of a page, retried while the single-page app is still loading."""
-    html = ""
-    for _ in range(tries):
-        html = dom(url, profile)
-        if expect in text_of(html):
-            break
+def page_text(url: str, profile: Path, expect: str, limit_s: float = 300) -> tuple[str, str]:
+    """``(text, html)`` of a page, retried while the single-page app is still loading: it fetches from a
+    server that a busy machine may answer slowly (``limit_s`` is a hang detector, not a timing bound)."""
+    deadline = time.monotonic() + limit_s
+    while expect not in text_of(html := dom(url, profile)) and time.monotonic() < deadline:
+        time.sleep(1)
     return text_of(html), html
+
+
+def screenshot(url: str, profile: Path, out: Path, min_bytes: int = 20_000, limit_s: float = 300) -> int:
+    """A PNG of ``url`` at ``out``, retaken while it is near blank (under ``min_bytes``: the page still
+    loading); its size in bytes. ``limit_s`` is a hang detector."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        dom(url, profile, screenshot=out)
+        size = out.stat().st_size if out.exists() else 0
+        if size > min_bytes or time.monotonic() > deadline:
+            return size

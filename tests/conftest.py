@@ -1,5 +1,6 @@
 """Shared fixtures. ``leak_guard`` runs around every test and fails one that leaves a process or a
-/dev/shm entry behind.
+/dev/shm entry behind (its own: an entry another live process holds, a parallel test's or a study's
+beside the suite, is not the test's).
 
 Two nets catch processes. Direct children of the test process (forked actors of an in-process
 run) are found by parent pid. Everything a test starts through ``subprocess`` inherits a per-test
@@ -10,6 +11,7 @@ Leaked processes are killed, so that one leak does not spill into later tests.
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
 import signal
@@ -27,9 +29,10 @@ pytest_plugins = ["pytester"]
 TAG = "DQNLAB_TEST_TAG"
 
 
-# /dev/shm entries that are not ours: the database server of tests/test_cluster.py's module-scoped
-# cluster (which checks itself that they are gone once the cluster is down).
-FOREIGN_SHM_PREFIXES = ("PostgreSQL.",)
+LEAK_GRACE_S = float(os.environ.get("DQNLAB_LEAK_GRACE_S", "120"))
+"""How long the guard lets a test's leftover processes and /dev/shm entries go on their own: a hang
+detector, not a timing bound (processes stopped by a test may still be exiting; a real leak never
+goes). Waited only when something is left, so it costs nothing to a clean test."""
 
 
 def _shm_entries() -> set[str]:
@@ -65,8 +68,36 @@ def _tagged(tag: str) -> set[int]:
     return out
 
 
+def _held_by_others(names: set[str], ours: set[int]) -> set[str]:
+    """The /dev/shm entries among ``names`` that a live process outside ``ours`` (this test's process and
+    its leftovers) maps or holds open: another process's (a parallel test, a study beside the suite)."""
+    held: set[str] = set()
+    for pid in psutil.pids():
+        if pid in ours:
+            continue
+        try:
+            with open(f"/proc/{pid}/maps") as maps:
+                text = maps.read()
+            links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+        except OSError:  # gone, or not ours to read
+            continue
+        held |= {n for n in names if f"/dev/shm/{n}" in text or f"/dev/shm/{n}" in links}
+    return held
+
+
+def _leftovers(tag: str, before_children: set[int], before_shm: set[str]) -> tuple[set[int], set[str]]:
+    """What this test left: its live child processes and tagged processes (orphans included), and the new
+    /dev/shm entries no other live process holds."""
+    mp.active_children()  # reap finished multiprocessing children
+    procs = (children(os.getpid()) - before_children) | _tagged(tag)
+    new = _shm_entries() - before_shm
+    return procs, new - _held_by_others(new, procs | {os.getpid()}) if new else set()
+
+
 @pytest.fixture(autouse=True)
 def leak_guard():
+    """Fails a test that leaves a process or a /dev/shm entry behind. It checks what the test's own
+    processes leave, not what the machine holds: entries another live process holds are not the test's."""
     tag = uuid.uuid4().hex
     previous = os.environ.get(TAG)
     os.environ[TAG] = tag
@@ -79,11 +110,10 @@ def leak_guard():
             os.environ.pop(TAG, None)
         else:
             os.environ[TAG] = previous
-    deadline = time.monotonic() + 5.0
+    deadline = time.monotonic() + LEAK_GRACE_S
     while True:
-        mp.active_children()  # reap finished multiprocessing children
-        leaked = (children(os.getpid()) - before_children) | _tagged(tag)
-        if not leaked or time.monotonic() > deadline:
+        leaked, new_shm = _leftovers(tag, before_children, before_shm)
+        if not (leaked or new_shm) or time.monotonic() > deadline:
             break
         time.sleep(0.05)
     for pid in leaked:
@@ -92,8 +122,26 @@ def leak_guard():
         except ProcessLookupError:
             pass
     assert not leaked, f"processes left behind: {sorted(leaked)}"
-    new_shm = {n for n in _shm_entries() - before_shm if not n.startswith(FOREIGN_SHM_PREFIXES)}
     assert not new_shm, f"shared-memory entries left in /dev/shm: {sorted(new_shm)}"
+
+
+MODULES_IN_ONE_WORKER = ("test_analysis.py", "test_cluster.py", "test_cluster_security.py", "test_ui.py")
+"""Test modules whose tests share a module-scoped server or sweep: each runs whole in one pytest-xdist
+worker, so its fixture is made once. Every other test is scheduled on its own."""
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's scheduling with :data:`MODULES_IN_ONE_WORKER` kept whole (its own ``loadgroup`` marks
+    no longer take effect under pytest 9, which ignores the node-id suffix they rely on)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModulesWithFixturesWhole(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module.endswith(MODULES_IN_ONE_WORKER) else nodeid
+
+    return ModulesWithFixturesWhole(config, log)
 
 
 FINDING_STUDIES = ["replay_ratio", "parallel", "workers", "writers"]
@@ -102,15 +150,24 @@ FINDING_STUDIES = ["replay_ratio", "parallel", "workers", "writers"]
 
 @pytest.fixture(scope="session")
 def finding_smokes(tmp_path_factory) -> tuple[Path, dict[str, str]]:
-    """Each finding sweep's smoke preset, run once per session into one results folder (the sweep tests
-    check the runs, the analysis tests read them): ``(results folder, each sweep's stdout)``."""
+    """Each finding sweep's smoke preset, run once per test session into one results folder (the sweep
+    tests check the runs, the analysis tests read them): ``(results folder, each sweep's stdout)``. Under
+    pytest-xdist the workers share it: the first to need it makes it under a file lock, the others read it."""
+    from filelock import FileLock
+
     root = Path(__file__).resolve().parent.parent
-    results = tmp_path_factory.mktemp("finding-smokes")
-    stdout = {}
-    for study in FINDING_STUDIES:
-        res = subprocess.run([sys.executable, str(root / "sweeps" / f"{study}.py"), "--preset", "smoke", "--quiet",
-                              "--no-report", "--results", str(results)], capture_output=True, text=True, timeout=300,
-                             cwd=root)  # fmt: skip
-        assert res.returncode == 0, res.stderr[-3000:]
-        stdout[study] = res.stdout
+    shared = tmp_path_factory.getbasetemp().parent  # the session's folder, common to every xdist worker
+    results, record = shared / "finding-smokes", shared / "finding-smokes.json"
+    with FileLock(str(record) + ".lock"):
+        if record.exists():
+            return results, json.loads(record.read_text())
+        results.mkdir(exist_ok=True)
+        stdout = {}
+        for study in FINDING_STUDIES:
+            res = subprocess.run([sys.executable, str(root / "sweeps" / f"{study}.py"), "--preset", "smoke", "--quiet",
+                                  "--no-report", "--results", str(results)], capture_output=True, text=True,
+                                 timeout=600, cwd=root)  # fmt: skip
+            assert res.returncode == 0, res.stderr[-3000:]
+            stdout[study] = res.stdout
+        record.write_text(json.dumps(stdout))
     return results, stdout

@@ -17,6 +17,7 @@ from small import small_config
 from dqnlab.config import Config
 from dqnlab.engine import RunFailed, train
 from dqnlab.metrics import (
+    ACTOR_STALENESS_RUN_MEAN,
     ENV_STEPS,
     EVAL_RETURN_BEST,
     EVAL_RETURN_MEAN,
@@ -74,42 +75,64 @@ def test_strict_limiter_holds_utd_at_every_log_point_and_at_the_end(leak_guard, 
 
 
 def test_free_limiter_with_a_slow_learner_reports_the_drift(leak_guard):
-    # a wide network and a big batch make the learner far slower than two free actors
-    config = small(utd=4.0, limiter="free", hidden_sizes=(512, 512), batch_size=512, learning_starts=600,
-                   probe_size=64, total_env_steps=6000, log_every=5)  # fmt: skip
-    result = train(config)
-    assert result.status == "completed"
-    assert result.final["env_steps"] == 6000
-    assert result.final["utd_realised"] < 0.5 * 4.0  # the drift is measured and reported
+    # The learner is held at its first housekeeping after its first update until the free actors have
+    # spent the whole budget: a slow learner by construction, on any machine. The run ends when the
+    # budget is spent (a free limiter owes nothing more): the realised UTD reports the drift exactly.
+    from dqnlab.engine.build import build, make_loop
+    from dqnlab.tracking.callbacks import CallbackList
+
+    config = small(utd=4.0, limiter="free", learning_starts=600, total_env_steps=3000, log_every=5)
+    parts = build(config, 4, 2)
+
+    class HeldLearner:
+        def on_progress(self, env_steps, updates, total, elapsed_s):
+            while updates and parts.replay.env_steps < total:
+                parts.pool.health_check()
+                time.sleep(0.01)
+
+    recorder = Recorder()
+    result = make_loop(parts, CallbackList([HeldLearner(), recorder])).run()
+    assert result.status == "completed" and result.final["env_steps"] == 3000
+    final = result.final
+    assert final["utd_realised"] == final["updates"] / (3000 - 600)  # what was done, not what was owed
+    assert final["updates"] < 4.0 * (3000 - 600) / 2  # the drift is reported: far below the owed updates
+    assert final[UTD_DEFICIT] == 4.0 * (3000 - 600) - final["updates"]
     assert all(m["updates"] <= 4.0 * (m["env_steps"] - 600) + 1.0 for m in result.history)  # learner still bounded
 
 
-def produced_share_seen(history, workers: int) -> np.ndarray:
-    """Each worker's produced share as the learner saw it, weighted by the updates of each log window.
-    The sampled share counts every draw since the first update while the produced share moves with
-    each worker's speed; with capacity > budget this is also what the ring held when it was sampled."""
-    weights, shares, last = [], [], 0
-    for m in history:
-        if worker_share(0, "produced") not in m:
-            continue
-        weights.append(m[UPDATES] - last)
-        shares.append([m[worker_share(w, "produced")] for w in range(workers)])
-        last = m[UPDATES]
-    return np.average(np.array(shares), axis=0, weights=np.array(weights, dtype=float))
+def test_slow_worker_transitions_are_sampled_in_proportion_to_what_it_produced(leak_guard, monkeypatch):
+    # Every batch is compared with the ring as it was when drawn: uniform sampling draws worker w with
+    # probability (its transitions) / (all), whatever the workers' speeds. The ring's composition is read
+    # just before and just after each draw (commits may land between), so each batch's expected count lies
+    # between the two; the total drawn lies within 4 binomial standard errors of that interval.
+    from dqnlab.engine.replay import SharedReplay
 
+    draws = []  # per batch: worker 1's share of the ring before and after the draw, and its draws
+    sample = SharedReplay.sample
 
-def test_slow_worker_transitions_are_sampled_in_proportion_to_what_it_produced(leak_guard):
+    def recording(self, *args, **kwargs):
+        before = self.produced()
+        batch = sample(self, *args, **kwargs)
+        after = self.produced()
+        draws.append((before[1] / before.sum(), after[1] / after.sum(), int((batch.worker == 1).sum()),
+                      batch.worker.size))  # fmt: skip
+        return batch
+
+    monkeypatch.setattr(SharedReplay, "sample", recording)
     config = small(utd=1.0, num_workers=2, total_env_steps=3000, learning_starts=300, worker_step_delay_s=(0.0, 0.01))
     result = train(config)
     f = result.final
     produced = np.array([f["worker0_produced_share"], f["worker1_produced_share"]])
-    sampled = np.array([f["worker0_sampled_share"], f["worker1_sampled_share"]])
     resident = np.array([f["worker0_resident_share"], f["worker1_resident_share"]])
-    assert 0.02 < produced[1] < 0.4, produced  # the slow worker really is slower
     np.testing.assert_allclose(resident, produced)  # capacity > budget: everything produced is resident
-    seen = produced_share_seen(result.history, 2)
-    print("slow-worker shares: seen", seen, "sampled", sampled, "final produced", produced)
-    assert np.abs(sampled - seen).max() < 0.05, (seen, sampled, produced)  # stated tolerance: 0.05
+    low, high, drawn, n = (np.array(x, dtype=float) for x in zip(*draws))
+    lo, hi = (n * np.minimum(low, high)).sum(), (n * np.maximum(low, high)).sum()
+    p = (low + high) / 2
+    se = np.sqrt((n * p * (1 - p)).sum())
+    print(f"slow worker: produced share {produced[1]:.3f}; drawn {drawn.sum():.0f}, expected [{lo:.0f}, {hi:.0f}] "
+          f"+- {se:.1f}")  # fmt: skip
+    assert lo - 4 * se <= drawn.sum() <= hi + 4 * se
+    assert f["worker1_sampled_share"] == pytest.approx(drawn.sum() / n.sum())  # the share it reports
 
 
 def test_serial_mode_is_deterministic_and_parallel_mode_measures_the_same(leak_guard):
@@ -121,16 +144,21 @@ def test_serial_mode_is_deterministic_and_parallel_mode_measures_the_same(leak_g
     parallel = train(config.replace(mode="parallel"))
     for r in (a, parallel):
         assert r.status == "completed" and r.final[UPDATES] == 2500
-    # What the budget does not force, measured the same way in both modes:
-    # the policy lag over the run (replay age plus sync delay) ...
-    lag_s, lag_p = a.final[POLICY_LAG_RUN_MEAN], parallel.final[POLICY_LAG_RUN_MEAN]
-    print(f"policy lag over the run: serial {lag_s:.1f}, parallel {lag_p:.1f} updates")
-    assert abs(lag_p - lag_s) <= 0.1 * lag_s
-    # ... each worker was sampled as much as it produced, as the learner saw it (serial: exactly half each) ...
-    assert [a.final[worker_share(w, "produced")] for w in range(2)] == [0.5, 0.5]
+    # What the schedule bounds, measured the same way in both modes: a transition's policy lag is its
+    # replay age plus its actor's staleness, and an actor re-reads the weights every sync_every of its
+    # env steps, during which the others make theirs: at most utd * (sync_every * workers + slack)
+    # updates (+ publish_every) stale.
+    c = config.run
+    stale_max = config.agent.utd * (c.sync_every * config.env.num_workers + c.limiter_slack) + c.publish_every
     for r in (a, parallel):
-        sampled = np.array([r.final[worker_share(w, "sampled")] for w in range(2)])
-        assert np.abs(sampled - produced_share_seen(r.history, 2)).max() < 0.05, sampled
+        assert 0 <= r.final[ACTOR_STALENESS_RUN_MEAN] <= stale_max
+        assert r.final[POLICY_LAG_RUN_MEAN] >= r.final[ACTOR_STALENESS_RUN_MEAN]
+    print(f"policy lag over the run: serial {a.final[POLICY_LAG_RUN_MEAN]:.1f}, "
+          f"parallel {parallel.final[POLICY_LAG_RUN_MEAN]:.1f} updates")  # fmt: skip
+    # ... serial mode steps the workers in turn, so each holds half the ring at every draw and is drawn
+    # half the time, within 4 binomial standard errors of 2,500 batches of 32 ...
+    assert [a.final[worker_share(w, "produced")] for w in range(2)] == [0.5, 0.5]
+    assert abs(a.final[worker_share(1, "sampled")] - 0.5) <= 4 * math.sqrt(0.25 / (2500 * 32))
     # ... and the deficit stayed inside the limiter's bound at every log point
     for r in (a, parallel):
         assert all(abs(m[UTD_DEFICIT]) <= m[LIMITER_BOUND] + 1e-9 for m in r.history if UTD_DEFICIT in m)
@@ -163,24 +191,33 @@ def test_a_parallel_run_from_a_process_with_threads_forks_its_actors_elsewhere(l
     assert seen and all(cmds and all("dqnlab.engine.fresh_process" in c for c in cmds) for cmds in seen), seen
 
 
-def test_kill_9_of_a_worker_fails_the_run_within_5_s_naming_it(leak_guard):
-    killed = {}
+def test_kill_9_of_a_worker_fails_the_run_at_its_next_health_check_naming_it(leak_guard):
+    # Once the killed actor's exit is visible (a zombie, not reaped), the learner's next housekeeping
+    # checks the workers before it reports progress: the run fails, and no progress is reported after
+    # the kill, however long the machine took to get there.
+    import psutil
+
+    killed, progress_after_kill = {}, []
 
     class Killer:
         def on_progress(self, env_steps, updates, total, elapsed_s):
-            if env_steps > 1000 and not killed:
+            if killed:
+                progress_after_kill.append(env_steps)
+            elif env_steps > 1000:
                 import multiprocessing as mp
 
                 victim = next(p for p in mp.active_children() if p.name == "dqnlab-actor-1")
                 os.kill(victim.pid, signal.SIGKILL)
+                proc = psutil.Process(victim.pid)
+                while proc.status() != psutil.STATUS_ZOMBIE:  # the kernel ended it; its parent has not reaped it
+                    time.sleep(0.001)
                 killed["t"] = time.monotonic()
 
     recorder = Recorder()
     with pytest.raises(RunFailed) as err:
         train(small(total_env_steps=10**6, utd=0.25), [Killer(), recorder])
-    elapsed = time.monotonic() - killed["t"]
-    print(f"kill -9 of an actor: run failed {elapsed:.2f} s later")
-    assert elapsed < 5.0
+    print(f"kill -9 of an actor: run failed {time.monotonic() - killed['t']:.2f} s later")
+    assert progress_after_kill == []
     assert "worker 1" in str(err.value) and "SIGKILL" in str(err.value)
     assert err.value.result.status == "failed"
     assert recorder.ended is err.value.result

@@ -45,6 +45,60 @@ def test_leaks():
     subprocess.run(["sh", "-c", "sleep 30 >/dev/null 2>&1 &"], check=True)
 """
     )
-    result = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider")
+    os.environ["DQNLAB_LEAK_GRACE_S"] = "1"  # the inner guard's hang detector: the leak never ends by itself
+    try:
+        result = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider", "-p", "no:xdist")
+    finally:
+        del os.environ["DQNLAB_LEAK_GRACE_S"]
     result.assert_outcomes(passed=1, errors=1)  # the test body passes; the guard's teardown errors
     result.stdout.fnmatch_lines(["*processes left behind*"])
+
+
+def test_a_test_that_leaves_a_dev_shm_entry_fails(pytester):
+    from pathlib import Path
+
+    pytester.makeconftest((Path(__file__).parent / "conftest.py").read_text())
+    pytester.makepyfile(
+        test_leaky="""
+import uuid
+from pathlib import Path
+
+def test_leaks():
+    path = Path("/dev/shm") / f"dqnlab-test-{uuid.uuid4().hex}"
+    path.write_bytes(b"x")
+    Path("leaked-name").write_text(path.name)
+"""
+    )
+    os.environ["DQNLAB_LEAK_GRACE_S"] = "1"
+    try:
+        result = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider", "-p", "no:xdist")
+    finally:
+        del os.environ["DQNLAB_LEAK_GRACE_S"]
+        name = (pytester.path / "leaked-name").read_text()
+        (Path("/dev/shm") / name).unlink(missing_ok=True)
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*shared-memory entries left in /dev/shm*"])
+
+
+def test_an_entry_another_live_process_holds_is_not_the_tests():
+    """A parallel test or a study beside the suite may create /dev/shm entries while a test runs: one a
+    live process outside the test holds (open or mapped) is theirs; once that process is ours, it is not."""
+    import sys
+    import uuid
+
+    from conftest import _held_by_others
+
+    name = f"dqnlab-test-{uuid.uuid4().hex}"
+    holder = subprocess.Popen([sys.executable, "-c", f"import mmap, os, sys\nf = open('/dev/shm/{name}', 'w+b')\n"
+                               "f.write(bytes(4096)); f.flush(); m = mmap.mmap(f.fileno(), 4096); f.close()\n"
+                               "print('ready', flush=True); sys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        assert _held_by_others({name}, {os.getpid()}) == {name}  # mapped by a process outside the test
+        assert _held_by_others({name}, {os.getpid(), holder.pid}) == set()  # ... unless it is the test's own
+    finally:
+        holder.stdin.close()
+        holder.wait()
+        os.unlink(f"/dev/shm/{name}")
+    assert _held_by_others({name}, {os.getpid()}) == set()

@@ -59,12 +59,12 @@ def test_a_fresh_browser_goes_from_the_home_page_to_the_studys_runs_with_its_axe
     assert "Information about UI telemetry" not in home  # the server sends nothing; no notice
     links = dict((name, href) for href, name in re.findall(r'href="(#/experiments/\d+)"[^>]*>([^<]+)<', html))
     assert "utd" in links, links
-    experiment, html = page_text(base + "/" + links["utd"], profile, expect="matching runs")
+    experiment, html = page_text(base + "/" + links["utd"], profile, expect="3 matching runs")
     title = re.search(r"<title>(.*?)</title>", html).group(1)
     assert title.startswith("Runs - Experiment"), title  # the classic runs page, not the GenAI overview
     assert "Detect Issues" not in experiment and "3 matching runs" in experiment, experiment[:1500]
     link = re.search(r"(http://127\.0\.0\.1:5000/#/experiments/\d+/runs\?\S+)", sweep_out).group(1)
-    view, _ = page_text(link.replace("http://127.0.0.1:5000", base), profile, expect="matching runs")
+    view, _ = page_text(link.replace("http://127.0.0.1:5000", base), profile, expect="2 matching runs")
     assert "2 matching runs" in view, view[:2000]  # the study's seed runs, the parent left out
     for column in ("utd", "eval/objective", "eval/eval_return_mean", "status"):
         assert column in view, column

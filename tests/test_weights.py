@@ -1,79 +1,101 @@
 """Single writer, lock-free readers: a torn snapshot is never accepted."""
 
 import multiprocessing as mp
-import time
 
 import numpy as np
 import pytest
 
 from dqnlab.engine.shared import SharedArena
-from dqnlab.engine.weights import WeightBroadcast, seqlock_is_safe
+from dqnlab.engine.weights import TornReadError, WeightBroadcast, seqlock_is_safe
 
 N_PARAMS = 100_000  # large enough that a copy takes tens of microseconds and can be torn
 
 
-def _writer(weights: WeightBroadcast, stop) -> None:
+WRITES = 20_000
+
+
+def _writer(weights: WeightBroadcast, done) -> None:
     buf = np.empty(N_PARAMS, dtype=np.float32)
-    version = 0
-    while not stop.value:
-        version += 1
+    for version in range(1, WRITES + 1):
         buf.fill(version)  # checksum: every element equals the version
         weights.publish(buf, version)
-        if version % 2 == 0:
-            # every other write, a pause: back-to-back writes keep tearing reads, and the pauses leave
-            # consistent windows, so the readers get enough accepted copies to mean something even
-            # when 3 processes share 2 cores (without them one CI run accepted only 9 copies in 1.5 s)
-            time.sleep(5e-5)
+    done.value = 1
 
 
-def _reader(weights: WeightBroadcast, stop, results, slot: int, raw_view: np.ndarray) -> None:
+def _reader(weights: WeightBroadcast, done, results, slot: int, raw_view: np.ndarray) -> None:
     out = np.empty(N_PARAMS, dtype=np.float32)
     last, reads, bad, raw_torn, monotone = -1, 0, 0, 0, True
-    while not stop.value:
+    while True:  # at least one read, then until the writer is done
+        finished = done.value
         version = weights.read_into(out)
         reads += 1
         if not (out[0] == version and out[-1] == version and (out == version).all()):
             bad += 1
         monotone &= version >= last
         last = version
-        raw = raw_view.copy()  # the same copy without the protocol, to show the stress can tear
+        raw = raw_view.copy()  # the same copy without the protocol: how often it would have torn (printed)
         raw_torn += int((raw != raw[0]).any())
-        results[slot] = (reads, bad, raw_torn, int(monotone))  # progress, read by the test as it runs
+        if finished:
+            break
+    results[slot] = (reads, bad, raw_torn, int(monotone))
 
 
 @pytest.mark.parametrize("lock_free", [True, False], ids=["seqlock", "locked (weakly ordered CPUs)"])
 def test_readers_never_accept_a_torn_snapshot_and_see_monotone_versions(leak_guard, lock_free):
+    """Two readers copy while one writer publishes 20,000 versions: no accepted copy is torn and the
+    versions each reader sees never go back. How often reads overlapped writes is up to the scheduler
+    (printed); that an overlap is caught and retried is proved deterministically below."""
     arena = SharedArena()
     weights = WeightBroadcast(arena, N_PARAMS, lock_free=lock_free)
     arena.add("results", (2, 4), np.int64)
     arrays = arena.allocate()
     ctx = mp.get_context("fork")
-    stop = ctx.Value("i", 0)
-    procs = [ctx.Process(target=_writer, args=(weights, stop))]
+    done = ctx.Value("i", 0)
+    procs = [ctx.Process(target=_writer, args=(weights, done))]
     procs += [
-        ctx.Process(target=_reader, args=(weights, stop, arrays["results"], i, arrays["weights.params"])) for i in range(2)
+        ctx.Process(target=_reader, args=(weights, done, arrays["results"], i, arrays["weights.params"])) for i in range(2)
     ]
     for p in procs:
         p.start()
-    # run at least 1.5 s, then until the unprotected copy has torn (proof that reads overlapped writes)
-    # and enough reads were made, within a bound: on a loaded 2-core machine the overlap can take longer
-    start = time.monotonic()
-    while time.monotonic() - start < 30:
-        time.sleep(0.1)
-        progress = arrays["results"].sum(axis=0)
-        if time.monotonic() - start > 1.5 and progress[0] > 100 and progress[2] > 0:
-            break
-    stop.value = 1
     for p in procs:
-        p.join(30)
+        p.join(300)  # a hang detector
     assert all(p.exitcode == 0 for p in procs)
     reads, bad, raw_torn, monotone = arrays["results"].sum(axis=0)
-    assert reads > 100
-    assert bad == 0, f"{bad} torn snapshots accepted"
-    assert monotone == 2
     print(f"reads={reads} unprotected torn copies={raw_torn}")
-    # proof that reads and writes overlapped in this very run: the same copy without the protocol tore
-    assert raw_torn > 0, "no unprotected copy tore: the stress did not overlap reads with writes"
+    assert reads >= 2 and bad == 0, f"{bad} torn snapshots accepted"
+    assert monotone == 2
+
+
+class _WriterMidCopy(np.ndarray):
+    """A reader's buffer whose first copy is interrupted halfway by ``publish``: the first half holds the
+    old snapshot, the second the new one (a torn copy, made on purpose)."""
+
+    def __setitem__(self, key, value):
+        if not self.interrupted:
+            self.interrupted = True
+            half = self.shape[0] // 2
+            np.ndarray.__setitem__(self, slice(0, half), value[:half])
+            self.writer()
+            np.ndarray.__setitem__(self, slice(half, None), value[half:])
+            return
+        np.ndarray.__setitem__(self, key, value)
+
+
+def test_a_copy_torn_by_a_write_is_retried_and_a_copy_during_a_write_waits():
+    arena = SharedArena()
+    weights = WeightBroadcast(arena, 8, lock_free=True)
+    arena.allocate()
+    weights.publish(np.full(8, 1.0, np.float32), version=1)
+    out = np.zeros(8, np.float32).view(_WriterMidCopy)
+    out.interrupted = False
+    out.writer = lambda: weights.publish(np.full(8, 2.0, np.float32), version=2)
+    assert weights.read_into(out) == 2  # the torn copy (1, 1, 1, 1, 2, 2, 2, 2) was refused and retried
+    np.testing.assert_array_equal(np.asarray(out), np.full(8, 2.0))
+    weights._seq[0] += 1  # a writer inside its write: the sequence is odd
+    with pytest.raises(TornReadError):
+        weights.read_into(np.zeros(8, np.float32), max_retries=200)  # never a copy while a write is in progress
+    weights._seq[0] += 1
+    assert weights.read_into(np.zeros(8, np.float32)) == 2
 
 
 def test_version_is_published_with_the_parameters():

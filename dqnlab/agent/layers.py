@@ -280,6 +280,21 @@ class NetworkSpec:
         convolutions."""
         return not any(isinstance(layer, (Conv2d, Reshape)) for layer in self.layers)
 
+    def update_flops(self, batch: int, double_dqn: bool = True) -> int:
+        """Multiply-adds x 2 of one run-update's matrix products on a batch: the forwards of the online
+        network on the states, the target on the next states (and the online on them: double DQN), and the
+        backward (each layer's weight gradient, and its input gradient but the first's). Elementwise work
+        is not counted: the floor a core's matmul peak sets."""
+        products = []  # multiply-adds of each parameterised layer's forward, per sample
+        for layer in self.layers:
+            if isinstance(layer, Linear):
+                products.append(layer.in_features * layer.out_features)
+            elif isinstance(layer, Conv2d):
+                products.append(0)  # not counted (no image env is measured); the MLP part is
+        forward = 2 * batch * sum(products)
+        backward = 2 * batch * (sum(products) + sum(products[1:]))
+        return (3 if double_dqn else 2) * forward + backward
+
     def feature_layers(self) -> list[int]:
         """The indices of the ReLUs that end a fully connected hidden layer: their outputs are the hidden
         activations the diagnostics read (the last: the penultimate features)."""

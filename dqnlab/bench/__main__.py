@@ -11,8 +11,10 @@
 - replay: the cost of a call on a full 100k ring, batch 128: a uniform draw, a prioritized draw (sum
   tree), a priority update;
 - replicas: the stacked learner's run-updates/s (one update of K replicas = K run-updates; sampling
-  from the shared replay included) at K = 1, 2, 4, 8, 16, and one unthrottled actor stepping
-  K x envs_per_worker environments (K x envs = 1, 8, 32).
+  from the shared replay included) at K = 1 to 64, each as a share of this core's sgemm peak (one
+  large matrix product) given the update's matrix FLOPs; the engine end to end at K = 8 and 32, UTD 4,
+  with and without LayerNorm, as a multiple of the bare stacked update's cost; and one unthrottled
+  actor stepping K x envs_per_worker environments (K x envs = 1, 8, 32).
 
 Each figure is the median of ``--repeats`` measurements; ratios are taken against the matching
 bare limit measured in the same run.
@@ -171,10 +173,25 @@ def actor_unthrottled(steps: int, replicas: int = 1, envs: int = 1) -> float:
     return rate
 
 
-def stacked_learner(replicas: int, updates: int) -> float:
+def sgemm_peak(n: int = 2048, repeats: int = 5) -> float:
+    """This core's float32 matrix-product rate (FLOP/s): the best of ``repeats`` ``n x n`` products on
+    one thread, as the learner runs (the ceiling any stacked update can approach)."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    out = torch.empty(n, n)
+    best = 0.0
+    with learner_cpu(1):
+        torch.mm(a, b, out=out)
+        for _ in range(repeats):
+            t = time.perf_counter()
+            torch.mm(a, b, out=out)
+            best = max(best, 2 * n**3 / (time.perf_counter() - t))
+    return best
+
+
+def stacked_learner(replicas: int, updates: int, layer_norm: bool = False) -> float:
     """Run-updates/s of the stacked learner: ``replicas`` networks updated together, each on its own
     batch sampled from a filled shared replay (default network, batch and Adam)."""
-    config = Config.from_flat(replicas=replicas, buffer_capacity=20_000)
+    config = Config.from_flat(replicas=replicas, buffer_capacity=20_000, layer_norm=layer_norm)
     learner = Learner(config, 4, 2)
     replay = _filled_replay(config.agent.buffer_capacity, 10_000, replicas)
     rngs = [np.random.default_rng(i) for i in range(replicas)]
@@ -289,10 +306,25 @@ def main(argv: list[str] | None = None) -> int:
     reference = _median_rate(lambda: autograd_learner(int(600 * scale)), r)
     rows.append(("reference: autograd + torch.optim.Adam (fused)", reference, "updates/s",
                  f"{reference / bare:.2f}x bare loop"))  # fmt: skip
-    for k in (1, 2, 4, 8, 16):
-        rate = _median_rate(lambda k=k: stacked_learner(k, max(20, int(600 * scale / k ** 0.5))), r)
+    peak = sgemm_peak()
+    rows.append(("peak: one 2048x2048 sgemm, 1 thread", peak / 1e9, "GFLOP/s", "the matmul ceiling of this core"))
+    flops = network_spec(Config().network, 4, 2).update_flops(Config().agent.batch_size)
+    stacked = {}
+    for k in (1, 2, 4, 8, 16, 32, 64):
+        rate = _median_rate(lambda k=k: stacked_learner(k, max(10, int(600 * scale / k**0.5))), r)
+        stacked[k] = rate
         rows.append((f"replicas: stacked learner, K={k}", rate, "run-upd/s",
+                     f"{1e6 / rate:.0f} us/run-upd, {rate * flops / peak:.0%} of peak ({flops / 1e6:.1f} MFLOP), "
                      f"{rate / bare:.2f}x bare loop, {rate / reference:.2f}x autograd+fused"))  # fmt: skip
+    for k in (8, 32):  # the engine around the stacked update: end to end at UTD 4, no evaluation
+        for layer_norm in (False, True):
+            bare_k = stacked[k] if not layer_norm else _median_rate(
+                lambda k=k: stacked_learner(k, max(10, int(600 * scale / k**0.5)), True), r)  # fmt: skip
+            m = engine_run(4.0, 1, 1000 + int(scale * 4_000), replicas=k, layer_norm=layer_norm)
+            end_to_end = m[M.UPDATES_PER_S] * k
+            rows.append((f"replicas: end-to-end K={k}, UTD 4{', LayerNorm' if layer_norm else ''}", end_to_end,
+                         "run-upd/s", f"{1e6 / end_to_end:.0f} us/run-upd, {bare_k / end_to_end:.2f}x the bare stacked "
+                         f"update's cost ({1e6 / bare_k:.0f} us)"))  # fmt: skip
     for k, n in ((1, 1), (1, 8), (8, 1), (1, 32), (8, 4)):
         rate = _median_rate(lambda k=k, n=n: actor_unthrottled(s, k, n), r)
         rows.append((f"replicas: actor, {k} replica(s) x {n} env(s)", rate, "env steps/s", f"{rate / env:.2f}x env alone"))

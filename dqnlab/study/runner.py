@@ -149,32 +149,35 @@ def worker_loop(args: WorkerArgs, report=None) -> None:
         trial.set_user_attr("worker", worker)
         trial.set_user_attr("status", "running")
         seeds = [config.run.seed + k for k in range(config.run.replicas)]
-        try:  # one child run per replica: a replica is a run, with its own seed
-            run_ids = [start_trial_run(
-                client, args.experiment_id, args.parent_run_id, run_name=f"trial {trial.number} seed {seed}",
-                tags={"trial_number": str(trial.number), "grid_point": key, "dqnlab.study": spec.study_name,
-                      "dqnlab.worker": worker, "replica": str(k)}, config=config.replace(seed=seed, replicas=1),
-            ) for k, seed in enumerate(seeds)]  # fmt: skip
-        except TrackingError as exc:
-            _record_failure(trial, str(exc))
-            raise
-        trial.set_user_attr("mlflow_run_ids", run_ids)
-        tracker = ReplicaRuns([MlflowRunTracker(client, run_id, params_logged=True) for run_id in run_ids])
-        label = ", ".join(f"{a}={encode(v)}" for a, v in point.items())
-        report(ProgressEvent("start", args.job, trial.number, label=label, cost_s=estimate_trial_s(config)))
-        progress = _TrialProgress(report, args.job, trial.number)
-        status = "failed"
-        try:
+        tracker, started, status = None, False, "failed"
+        try:  # from here on, Ctrl-C or SIGTERM marks the trial interrupted and closes its runs, wherever it lands
+            try:  # one child run per replica: a replica is a run, with its own seed
+                run_ids = [start_trial_run(
+                    client, args.experiment_id, args.parent_run_id, run_name=f"trial {trial.number} seed {seed}",
+                    tags={"trial_number": str(trial.number), "grid_point": key, "dqnlab.study": spec.study_name,
+                          "dqnlab.worker": worker, "replica": str(k)}, config=config.replace(seed=seed, replicas=1),
+                ) for k, seed in enumerate(seeds)]  # fmt: skip
+            except TrackingError as exc:
+                _record_failure(trial, str(exc))
+                raise
+            tracker = ReplicaRuns([MlflowRunTracker(client, run_id, params_logged=True) for run_id in run_ids])
+            trial.set_user_attr("mlflow_run_ids", run_ids)
+            label = ", ".join(f"{a}={encode(v)}" for a, v in point.items())
+            report(ProgressEvent("start", args.job, trial.number, label=label, cost_s=estimate_trial_s(config)))
+            started = True
+            progress = _TrialProgress(report, args.job, trial.number)
             # quiet: the trial process prints nothing; the sweep's display shows its progress
             outcome = run_trial(TrialRequest(config, True, gym.spec(config.env.env_id)), [tracker, progress])
             status = outcome.result.status if outcome.kind == "result" else outcome.kind
         except KeyboardInterrupt:
             status = "interrupted"
             trial.set_user_attr("status", "interrupted")
-            tracker.close_unended("interrupted")
+            if tracker is not None:
+                tracker.close_unended("interrupted")
             raise
         finally:
-            report(ProgressEvent("end", args.job, trial.number, status=status))
+            if started:
+                report(ProgressEvent("end", args.job, trial.number, status=status))
         if outcome.kind == "interrupted":
             trial.set_user_attr("status", "interrupted")
             tracker.close_unended("interrupted")
