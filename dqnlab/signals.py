@@ -24,3 +24,59 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+class InterruptGate:
+    """Ctrl-C and SIGTERM, delivered as KeyboardInterrupt only where the gate is open: while it is closed
+    a signal waits, and is raised when the gate opens or once the closed block ends. A sweep's worker keeps
+    it closed around Optuna's bookkeeping (a trial made RUNNING, then told its state) and open inside the
+    trial, where an interrupt is recorded and the trial's runs closed: no trial is left RUNNING by a
+    signal that landed between the two."""
+
+    def __init__(self) -> None:
+        self.is_open = True
+        self.pending: int | None = None
+
+    def handler(self, signum, frame) -> None:
+        if self.is_open:
+            raise KeyboardInterrupt(signal.Signals(signum).name)
+        self.pending = signum
+
+    def _deliver(self) -> None:
+        if self.pending is not None:
+            signum, self.pending = self.pending, None
+            raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    @contextlib.contextmanager
+    def closed(self) -> Iterator[None]:
+        self.is_open = False
+        try:
+            yield
+        finally:
+            self.is_open = True
+        self._deliver()
+
+    @contextlib.contextmanager
+    def opened(self) -> Iterator[None]:
+        self.is_open = True
+        try:
+            self._deliver()
+            yield
+        finally:
+            self.is_open = False
+
+
+@contextlib.contextmanager
+def gated_interrupts() -> Iterator[InterruptGate]:
+    """Inside the block, Ctrl-C and SIGTERM go through an :class:`InterruptGate` (open at first). Only the
+    main thread can install handlers; elsewhere the gate is returned and the signals are left alone."""
+    gate = InterruptGate()
+    if threading.current_thread() is not threading.main_thread():
+        yield gate
+        return
+    previous = {s: signal.signal(s, gate.handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield gate
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)

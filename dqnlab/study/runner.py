@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dqnlab.objective import MISSING_SCORE, objective_value, optuna_value, replica_values
-from dqnlab.signals import sigterm_as_interrupt
+from dqnlab.signals import gated_interrupts
 from dqnlab.study.progress import ProgressEvent, SweepDisplay
 from dqnlab.study.queue import grid_sampler, mark_killed_runs, open_study, top_up_queue
 from dqnlab.study.spec import (
@@ -137,6 +137,14 @@ def worker_loop(args: WorkerArgs, report=None) -> None:
         return next((t.state.name for t in study.get_trials(deepcopy=False) if t.number == number), "FAIL")
 
     def objective(trial) -> float:
+        try:
+            with gate.opened():  # an interrupt lands inside the trial, where it is recorded
+                return run_point(trial)
+        except KeyboardInterrupt:
+            trial.set_user_attr("status", "interrupted")  # also one held since Optuna made the trial RUNNING
+            raise
+
+    def run_point(trial) -> float:
         key = trial.user_attrs.get("grid_point")
         if key is None:
             raise optuna.TrialPruned("not a queued grid point: the grid is exhausted")
@@ -205,10 +213,11 @@ def worker_loop(args: WorkerArgs, report=None) -> None:
         trial.set_user_attr("seed_status", {str(r.seed): r.status for r in result.replicas})
         return optuna_value(objective_value(result, spec.objective))
 
-    with sigterm_as_interrupt():
+    with gated_interrupts() as gate:
         try:
             while study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-                study.optimize(objective, n_trials=1, catch=(TrialFailed,), gc_after_trial=False)
+                with gate.closed():  # Optuna makes the trial RUNNING and tells its end with signals held
+                    study.optimize(objective, n_trials=1, catch=(TrialFailed,), gc_after_trial=False)
         except Exception as exc:
             cause = storage_failure(exc)
             if cause is None:
