@@ -253,15 +253,15 @@ def engine_run(utd: float, workers: int, total: int, **overrides) -> dict[str, f
     config = Config.from_flat(
         num_workers=workers, utd=utd, total_env_steps=total, learning_starts=1000, eval_every_steps=0, **overrides
     )
-    result = train(config)
-    windows = [m for m in result.history[1:] if m[M.ENV_STEPS] > 1000 + workers * 100]
-    pick = windows or result.history
+    run = train(config).replicas[0]  # replicas share the clock: replica 0's rates are the run's (per replica)
+    windows = [m for m in run.history[1:] if m[M.ENV_STEPS] > 1000 + workers * 100]
+    pick = windows or run.history
     return {
         M.ENV_STEPS_PER_S: statistics.median(m[M.ENV_STEPS_PER_S] for m in pick),
         M.UPDATES_PER_S: statistics.median(m[M.UPDATES_PER_S] for m in pick),
-        M.UTD_REALISED: result.final[M.UTD_REALISED],
-        M.POLICY_LAG_RUN_MEAN: result.final.get(M.POLICY_LAG_RUN_MEAN, float("nan")),
-        M.ACTOR_STALENESS_RUN_MEAN: result.final.get(M.ACTOR_STALENESS_RUN_MEAN, float("nan")),
+        M.UTD_REALISED: run.final[M.UTD_REALISED],
+        M.POLICY_LAG_RUN_MEAN: run.final.get(M.POLICY_LAG_RUN_MEAN, float("nan")),
+        M.ACTOR_STALENESS_RUN_MEAN: run.final.get(M.ACTOR_STALENESS_RUN_MEAN, float("nan")),
     }
 
 
