@@ -127,3 +127,31 @@ def facets(runs: pd.DataFrame, used: list[str]) -> list[tuple[str, pd.DataFrame]
     draw one row per facet, so no panel averages over a configuration it does not name."""
     rest = [n for n in axes(runs) if n not in used]
     return [(cell_label(dict(zip(rest, key)), rest), g) for key, g in _groups(runs, rest)]
+
+
+RETURN_MARGINS = {"CartPole-v1": 50.0, "Acrobot-v1": 50.0}
+"""The equivalence margin a report declares for its env's final return: a tenth of the return's range
+(CartPole 0-500, Acrobot -500-0), as the findings declare it. Another env: no equivalence is tested."""
+
+
+def axis_family(runs: pd.DataFrame, value: str = "final_return"):
+    """The family every report declares before reading its runs: each swept axis's values against the
+    axis's first value, the other axes held fixed (one contrast per value and setting of the others),
+    corrected together (:class:`analysis.family.Family`: Holm, TOST). None when nothing was swept or the
+    runs span several envs (their returns are not comparable)."""
+    from analysis.family import Family
+
+    names = axes(runs)
+    if not names or ENV in names:
+        return None
+    env = str(runs[ENV].iloc[0]) if ENV in runs else ""
+    family = Family("each swept value against the axis's first, the other axes held fixed (final return)",
+                    RETURN_MARGINS.get(env, math.nan))  # fmt: skip
+    for axis in names:
+        values = sorted(runs[axis].dropna().unique(), key=_sort_key)
+        rest = [n for n in names if n != axis]
+        for v in values[1:]:
+            for key, g in _groups(runs, rest):
+                label = f"{axis} {v} vs {values[0]}" + (f" ({cell_label(dict(zip(rest, key)), rest)})" if rest else "")
+                family.difference(label, returns_of(g[g[axis] == v], value), returns_of(g[g[axis] == values[0]], value))
+    return family

@@ -19,6 +19,9 @@ import numpy as np
 from dqnlab.statistics import bootstrap_difference, bootstrap_p_value, equivalent, holm, iqm
 
 ALPHA = 0.05
+MIN_SEEDS = 3
+"""Fewer seeds a side than this and a contrast is not tested: a bootstrap over one or two values is no
+distribution (one seed against one gave 'better, Holm p 0.001')."""
 
 
 @dataclass
@@ -39,6 +42,10 @@ class Family:
         x, y = x[np.isfinite(x)], y[np.isfinite(y)]
         if not len(x) or not len(y):
             self.rows.append({"contrast": label, "missing": True})
+            return
+        if min(len(x), len(y)) < MIN_SEEDS:
+            self.rows.append({"contrast": label, "missing": True,
+                              "reason": f"too few seeds ({len(x)} vs {len(y)}; a verdict needs {MIN_SEEDS} a side)"})
             return
         d, draws = bootstrap_difference(x, y, statistic=iqm, reps=self.reps)
         self.add(label, d, draws)
@@ -75,7 +82,7 @@ class Family:
                  "| contrast | estimate [95% CI] | p | Holm p | verdict |", "|---|---|---|---|---|"]  # fmt: skip
         for r in res:
             if r["missing"]:
-                lines.append(f"| {r['contrast']} | — | — | — | not run |")
+                lines.append(f"| {r['contrast']} | — | — | — | {r.get('reason', 'not run')} |")
                 continue
             lines.append(f"| {r['contrast']} | {r['estimate']:+.{digits}f} [{r['low']:.{digits}f}, {r['high']:.{digits}f}] "
                          f"| {r['p']:.3f} | {r['p_holm']:.3f} | {r['verdict']} |")  # fmt: skip

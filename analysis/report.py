@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pandas as pd  # noqa: E402
 
-from analysis.cells import axes, cell_table, comparisons  # noqa: E402
+from analysis.cells import axes, axis_family, cell_label, cell_table, comparisons  # noqa: E402
 from analysis.load import TAG_ROLE, TAG_STUDY, load  # noqa: E402
 from analysis.plots import PLOTS, save  # noqa: E402
 from analysis.stats import COLLAPSE_LABELS  # noqa: E402
@@ -52,6 +52,7 @@ def summary_markdown(runs: pd.DataFrame, experiment: str, study: str | None) -> 
     failed = int((runs["outcome"] == "failed").sum())
     lines += [f"{len(runs)} runs in {runs.groupby(swept).ngroups if swept else 1} cells; swept axes: "
               f"{', '.join(swept) or 'none'}; {failed} failed (crashed or killed, never rerun).", ""]  # fmt: skip
+    lines += verdict_lines(runs)
     lines += ["## Cells", "",
               "Final greedy return per cell (a configuration without its seed): IQM over the seeds that have a "
               "return, 95% bootstrap CI over those seeds. Hard-diverged and failed runs have no return: they are "
@@ -71,6 +72,33 @@ def summary_markdown(runs: pd.DataFrame, experiment: str, study: str | None) -> 
                     [*swept, *RUN_COLUMNS, "run_id"])  # fmt: skip
     lines += ["", "## Plots", ""] + [f"![{name}]({name}.png)" for name in PLOTS]
     return "\n".join(lines) + "\n"
+
+
+def verdict_lines(runs: pd.DataFrame) -> list[str]:
+    """The report's first section: the verdicts of its declared family (:func:`analysis.cells.axis_family`)
+    in plain words, the soft-divergence count per cell, and what a target period in updates means."""
+    family = axis_family(runs)
+    if family is None:
+        return []
+    lines = ["## Verdicts", "",
+             f"Declared before reading the runs: {family.name}; Holm-corrected over the family, `equivalent` only "
+             f"by TOST within ±{family.margin:g}, `inconclusive` when the data cannot say.", ""]  # fmt: skip
+    for r in family.results():
+        if r["missing"]:
+            lines.append(f"- {r['contrast']}: not tested, {r.get('reason', 'no seed with a return on one side')}")
+            continue
+        lines.append(f"- {r['contrast']}: **{r['verdict']}** ({r['estimate']:+.0f} [{r['low']:.0f}, {r['high']:.0f}], "
+                     f"Holm p {r['p_holm']:.3f})")  # fmt: skip
+    swept = axes(runs)
+    diverged = runs.assign(d=runs["collapse"].eq("diverged")).groupby(swept)["d"].agg(["sum", "count"])
+    lines += ["", "Soft or hard divergence per cell (seeds): " + "; ".join(
+        f"{cell_label(dict(zip(swept, key if isinstance(key, tuple) else (key,))), swept)} {int(r['sum'])}/{int(r['count'])}"
+        for key, r in diverged.iterrows()) + "."]  # fmt: skip
+    if "target_unit" in swept or ("target_unit" in runs and runs["target_unit"].eq("updates").all() and "utd" in swept):
+        lines += ["", "A target period counted in `updates` copies the target `utd` times as often per env step as "
+                  "the same period in `env_steps`: across UTDs it changes the copy rate too; in `env_steps` the copy "
+                  "rate is held and only the replay ratio differs (docs/findings.md, finding 4)."]  # fmt: skip
+    return lines + [""]
 
 
 def build_report(tracking_uri: str, experiment: str, study: str | None, out: Path, log_to_parent: bool = True) -> Path:

@@ -1,6 +1,6 @@
-"""Replay-ratio study: what does a higher UTD do, and what do target delay, LayerNorm and resets buy?
+"""Replay-ratio study: what does a higher UTD do, once the target's copy rate no longer moves with it?
 
-    python sweeps/utd.py                  # default preset: 8 seeds per cell, ~5 min on 2 cores
+    python sweeps/utd.py                  # default: UTD {0.25, 1, 4} x target period unit, 8 seeds a cell
     python sweeps/utd.py --preset smoke   # CI, about a minute
     python sweeps/utd.py --preset full    # hours: the real study
     python sweeps/utd.py --dry-run --axis utd=1,4,16 --seeds 3
@@ -46,7 +46,10 @@ PRESETS = {
             reset="none",
             replicas=8,  # 8 seeds per trial, one stacked learner
         ),  # fmt: skip
-        "grid": {"utd": [0.25, 1.0, 4.0], "layer_norm": [False, True]},
+        # the question the findings answer: what does the replay ratio do once the target's copy rate is held?
+        # A period of 500 counted in updates copies the target `utd` times as often per env step; counted in
+        # env steps it copies at one rate at every UTD (docs/findings.md, finding 4)
+        "grid": {"utd": [0.25, 1.0, 4.0], "target_unit": ["updates", "env_steps"]},
         "jobs": 2,  # two trials side by side: each learner is the bottleneck of its trial and takes a core
     },
     "full": {

@@ -190,6 +190,23 @@ def sweeps(tmp_path_factory):
     return results
 
 
+def test_the_report_opens_with_the_verdicts_of_its_declared_family_built_from_the_runs(sweeps):
+    """The main job's report says, before any table, what its swept axes did: each value against the axis's
+    first, Holm-corrected, in plain words, with the soft-divergence count of every cell. The block is what
+    the runs give (recomputed here from MLflow), not text typed in."""
+    from analysis.load import load
+    from analysis.report import verdict_lines
+
+    summary = (sweeps / "report-utd-smoke" / "summary.md").read_text()
+    runs, _ = load(f"sqlite:///{sweeps / 'mlflow.db'}", "utd", "utd-smoke")
+    block = "\n".join(verdict_lines(runs))
+    assert block.startswith("## Verdicts") and block in summary
+    assert summary.index("## Verdicts") < summary.index("## Cells")
+    # the smoke grid's one contrast, one seed a cell: named, and not tested (a bootstrap of one value is none)
+    assert "- utd 4.0 vs 1.0: not tested, too few seeds (1 vs 1" in block
+    assert "Soft or hard divergence per cell (seeds): utd=1 0/1; utd=4 " in block
+
+
 def test_sweeps_write_their_report_and_log_it_on_the_parent_run(sweeps):
     summary = (sweeps / "report-utd-smoke" / "summary.md").read_text()
     assert summary.count("| ") >= 3 and "2 runs in" in summary

@@ -175,3 +175,30 @@ def test_finding_4d_compares_the_polyak_units_and_polyak_with_finding_4s_plain_h
     copies = [line for line in text.splitlines() if "| copy every 256 |" in line]
     assert len(copies) == 4 and not any(line.startswith("| 4 |") for line in copies), text  # UTD 1, 16 x 2 units
     assert all(line.split("|")[4].strip() == "10" for line in copies), text  # LayerNorm's 10 seeds not pooled in
+
+
+def test_a_reports_verdicts_follow_its_family_in_plain_words_with_each_cells_divergence():
+    """The main job's grid (UTD x target unit, 8 seeds a cell), constructed: at UTD 4 with the period in
+    updates the return falls by ~200 and 6 seeds diverge; everywhere else it is flat. The report names
+    that contrast `worse`, the unit `worse` at UTD 4, and counts 6/8 in that cell."""
+    import pandas as pd
+
+    from analysis.report import verdict_lines
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for utd in (0.25, 1.0, 4.0):
+        for unit in ("updates", "env_steps"):
+            hurt = utd == 4.0 and unit == "updates"
+            for seed in range(8):
+                rows.append({"utd": utd, "target_unit": unit, "seed": seed, "env_id": "CartPole-v1", "outcome": "completed",
+                             "final_return": rng.normal(100 if hurt else 300, 20),
+                             "collapse": "diverged" if hurt and seed < 6 else "healthy"})  # fmt: skip
+    lines = verdict_lines(pd.DataFrame(rows))
+    text = "\n".join(lines)
+    assert lines[0] == "## Verdicts"
+    assert "- utd 4.0 vs 0.25 (target_unit=updates): **worse** (-2" in text
+    assert "- target_unit updates vs env_steps (utd=4): **worse**" in text
+    assert "- utd 1.0 vs 0.25 (target_unit=env_steps): **" in text  # flat: not worse
+    assert "**worse**" not in text.split("- utd 1.0 vs 0.25 (target_unit=env_steps)")[1].split("\n")[0]
+    assert "target_unit=updates, utd=4 6/8" in text or "utd=4, target_unit=updates 6/8" in text
