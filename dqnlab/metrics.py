@@ -197,7 +197,7 @@ def display_key(name: str) -> str:
 
 
 def markdown_table() -> str:
-    """The vocabulary as the Markdown table the README carries (a test keeps the two equal)."""
+    """The vocabulary as the Markdown table docs/design.md carries (a test keeps the two equal)."""
     rows = ["| name | section | unit | meaning | design term |", "| --- | --- | --- | --- | --- |"]
     for m in METRICS.values():
         rows.append(f"| `{m.name}` | {m.section} | {m.unit} | {m.meaning} | {m.term} |")

@@ -1,7 +1,7 @@
 """One study from several sweep processes against real services: PostgreSQL (Debian's package),
 ``mlflow server`` on it, optuna-dashboard, and the MLflow UI in headless Chromium.
 
-The services come up with ``python -m dqnlab.services up`` exactly as the README says. Without
+The services come up with ``python -m dqnlab.services up`` exactly as docs/cluster.md says. Without
 PostgreSQL's server binaries or Chromium the tests skip, unless ``DQNLAB_REQUIRE_SERVICES=1``
 (set by ``.ci/run``, which installs both), where they fail instead.
 """

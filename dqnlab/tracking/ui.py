@@ -1,4 +1,4 @@
-"""The MLflow UI the way a study needs it: ``python -m dqnlab.ui`` (README: "Browse the results").
+"""The MLflow UI the way a study needs it: ``python -m dqnlab.ui`` (docs/sweeps.md: "Browse the results").
 
 MLflow 3.17's UI decides in the browser, not from the experiment, whether it shows classic runs or
 GenAI traces: a global "workflow" stored in the browser's localStorage (``mlflow.workflowType_v1``,
