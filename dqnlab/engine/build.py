@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import functools
 import multiprocessing as mp
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dqnlab.agent.layers import NetworkSpec
 from dqnlab.agent.learner import Learner
 from dqnlab.agent.networks import flatten_into
 from dqnlab.config import Config
 from dqnlab.engine.actor import ActorBoard, actor_main
 from dqnlab.engine.limiter import RateLimiter
 from dqnlab.engine.naive import NaiveShared, naive_worker_main
+from dqnlab.engine.parts import EngineParts
 from dqnlab.engine.replay import SharedReplay
 from dqnlab.engine.shared import SharedArena
 from dqnlab.engine.weights import WeightBroadcast
@@ -24,27 +23,6 @@ from dqnlab.tracking.callbacks import CallbackList
 
 if TYPE_CHECKING:
     from dqnlab.engine.loop import LearnerLoop
-
-
-@dataclass
-class EngineParts:
-    config: Config
-    limiter: RateLimiter
-    learner: Learner
-    spec: NetworkSpec
-    """The network every part builds from; the broadcast holds ``replicas`` vectors of its layout back to back."""
-    replay: SharedReplay
-    weights: WeightBroadcast
-    board: ActorBoard
-    pool: ActorPool
-    arena: SharedArena
-    naive: NaiveShared | None = None
-    """The shared vector and counters of a naive setup (``writers`` != ``single``)."""
-
-    def publish(self) -> None:
-        """Copy the learner's parameters to the actors' broadcast, versioned by its update count (one
-        copy from a CPU learner's parameter matrix)."""
-        self.weights.publish(self.learner.net.host_vector(), self.learner.updates)
 
 
 def build(config: Config, obs_dim: int, num_actions: int) -> EngineParts:

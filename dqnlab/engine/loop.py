@@ -13,8 +13,8 @@ import numpy as np
 import torch
 
 from dqnlab.agent.collapse import collapse_signs, divergence_check
-from dqnlab.engine.build import EngineParts
 from dqnlab.engine.eval_schedule import EvalSchedule
+from dqnlab.engine.parts import EngineParts
 from dqnlab.engine.replay import GO, STOP, wait_backoff
 from dqnlab.engine.result import ReplicaResult, RunFailed, RunResult
 from dqnlab.engine.sampler import Sampler
@@ -140,7 +140,7 @@ class LearnerLoop:
         replica still active. Every replica diverged: nothing is left to evaluate or log."""
         if status == "diverged":
             return status
-        if self.evaluator.final_due(self.parts.replay.env_steps, self.parts.learner.updates) and not self._evaluate(True):
+        if self.evaluator.final_due(self.parts.replay.env_steps, self.parts.replay.updates) and not self._evaluate(True):
             return "diverged"
         return "completed" if self._log(None, final=True) else "diverged"
 

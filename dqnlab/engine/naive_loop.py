@@ -40,13 +40,12 @@ class NaiveLoop(LearnerLoop):
             time.sleep(1e-3)
 
     def read_shared_parameters(self) -> None:
-        """The learner's network (evaluated, probed) becomes the shared vector, its update count the
-        updates the workers have applied."""
+        """The learner's network (evaluated, probed) becomes the shared vector (the updates the workers
+        have applied are the replay's counter, which they publish)."""
         naive = self.parts.naive
         flat = np.empty_like(naive.params)
         naive.snapshot(flat)
         load_flat_(self.parts.learner.net, flat)
-        self.parts.learner.updates = int(naive.counters[DONE])
 
     def writer_counts(self) -> tuple[float, float, float]:
         naive = self.parts.naive

@@ -11,9 +11,9 @@ from collections.abc import Callable
 import numpy as np
 
 from dqnlab.engine.actor import epsilon_for
-from dqnlab.engine.build import EngineParts
 from dqnlab.engine.limiter import realised_utd
 from dqnlab.engine.meters import LagMeter, ThroughputMeter
+from dqnlab.engine.parts import EngineParts
 from dqnlab.metrics import (
     ACTOR_WAIT_S,
     ENV_STEPS,
@@ -55,7 +55,7 @@ class MetricsWindow:
 
     def stamp(self, elapsed_s: float) -> dict[str, float]:
         """``env_steps``, ``updates``, ``time_s``: what every record of a history starts with."""
-        return {ENV_STEPS: self.parts.replay.env_steps, UPDATES: self.parts.learner.updates, TIME_S: elapsed_s}
+        return {ENV_STEPS: self.parts.replay.env_steps, UPDATES: self.parts.replay.updates, TIME_S: elapsed_s}
 
     def log_points(self, elapsed_s: float, stats: list[dict[str, float]] | None, replicas: list[int],
                    read_episodes: bool = True) -> dict[int, dict[str, float]]:  # fmt: skip
