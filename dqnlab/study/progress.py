@@ -1,8 +1,8 @@
 """The sweep's one live display: a line for the study (grid points complete, elapsed, ETA) and a line
 per running trial (its grid point, progress, env steps/s, last greedy return), however many trial
-processes (``--jobs N``) feed it. On a terminal the lines are redrawn in place; elsewhere (a log
-file, CI) they are printed as plain lines at most every ``plain_every_s`` seconds and whenever a
-trial ends. It only prints: the trial processes send it events (:class:`ProgressEvent`).
+processes (``--jobs N``) feed it. On a terminal the lines are redrawn in place by rich's live display;
+elsewhere (a log file, CI) they are printed as plain lines at most every ``plain_every_s`` seconds and
+whenever a trial ends. It only prints: the trial processes send it events (:class:`ProgressEvent`).
 """
 
 from __future__ import annotations
@@ -11,9 +11,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 from typing import TextIO
-
-UP_AND_CLEAR = "\x1b[1F\x1b[2K"  # cursor to the start of the previous line, erase it
-CLEAR = "\x1b[2K"
 
 
 @dataclass
@@ -58,7 +55,8 @@ class SweepDisplay:
     plain_every_s: float = 30.0
     started: float = field(default_factory=time.monotonic)
     running: dict[int, _Trial] = field(default_factory=dict)
-    _drawn: int = 0
+    _live: object = None
+    """rich's live display, on a terminal, from the first draw to :meth:`close`."""
     _last_plain: float = 0.0
     _cost_done_s: float = 0.0
 
@@ -108,11 +106,20 @@ class SweepDisplay:
                 self.stream.write("\n".join(self.lines()) + "\n")
                 self.stream.flush()
             return
-        lines = self.lines()
-        text = UP_AND_CLEAR * self._drawn + "\n".join(CLEAR + line for line in lines) + "\n"
-        self._drawn = len(lines)
-        self.stream.write(text)
-        self.stream.flush()
+        from rich.text import Text
+
+        text = Text("\n".join(self.lines()))
+        if self._live is None:
+            from rich.console import Console
+            from rich.live import Live
+
+            self._live = Live(text, console=Console(file=self.stream, force_terminal=True), auto_refresh=False,
+                              transient=False)  # fmt: skip
+            self._live.start()
+        self._live.update(text, refresh=True)
 
     def close(self) -> None:
         self.draw(force=True)
+        if self._live is not None:
+            self._live.stop()
+            self._live = None

@@ -277,31 +277,33 @@ def run_sweep(
         save_study_view(client, experiment_id, spec.study_name, spec.swept_fields())
     args = WorkerArgs(spec, loc, experiment_id, parent, heartbeat_s, grace_s, quiet, len(spec.points()))
     display = None if quiet else _display(study, spec)
-    if jobs == 1:
-        worker_loop(args, report=display.handle if display else None)
-    else:
-        ctx = mp.get_context("spawn")  # a fresh interpreter each: no forked MLflow/SQLAlchemy state
-        events = ctx.Queue() if display else None
-        procs = [ctx.Process(target=worker_loop, args=(replace(args, job=j, events=events),), name=f"dqnlab-sweep-{j}")
-                 for j in range(jobs)]  # fmt: skip
-        for p in procs:
-            p.start()
-        try:
-            while any(p.is_alive() for p in procs):
-                _drain(events, display, timeout_s=0.5)
-                for p in procs:
-                    p.join(0 if events else None)
-            _drain(events, display, timeout_s=0.0)
-        finally:
+    try:  # the live display is closed on every exit path (it hides the cursor while it runs)
+        if jobs == 1:
+            worker_loop(args, report=display.handle if display else None)
+        else:
+            ctx = mp.get_context("spawn")  # a fresh interpreter each: no forked MLflow/SQLAlchemy state
+            events = ctx.Queue() if display else None
+            procs = [ctx.Process(target=worker_loop, args=(replace(args, job=j, events=events),), name=f"dqnlab-sweep-{j}")
+                     for j in range(jobs)]  # fmt: skip
             for p in procs:
-                if p.is_alive():
-                    p.terminate()
-                    p.join(10)
-        bad = [p.exitcode for p in procs if p.exitcode != 0]
-        if bad:
-            raise SweepFailed(f"sweep worker process(es) exited with {bad}; their errors are printed above")
-    if display is not None:
-        display.close()
+                p.start()
+            try:
+                while any(p.is_alive() for p in procs):
+                    _drain(events, display, timeout_s=0.5)
+                    for p in procs:
+                        p.join(0 if events else None)
+                _drain(events, display, timeout_s=0.0)
+            finally:
+                for p in procs:
+                    if p.is_alive():
+                        p.terminate()
+                        p.join(10)
+            bad = [p.exitcode for p in procs if p.exitcode != 0]
+            if bad:
+                raise SweepFailed(f"sweep worker process(es) exited with {bad}; their errors are printed above")
+    finally:
+        if display is not None:
+            display.close()
     summary = summarise(study, spec)
     summary["experiment_id"] = experiment_id
     try:
