@@ -58,14 +58,14 @@ def other_threads() -> list[str]:
 
 
 def _train_in_fresh_process(config: Config, callbacks: list[Any]) -> RunResult:
-    from dqnlab.engine.fresh_process import TrialRequest, run_trial
+    from dqnlab.engine.fresh_process import Outcome, TrialRequest, run_trial
 
     outcome = run_trial(TrialRequest(config, quiet=True, env_spec=gym.spec(config.env.env_id)), callbacks)
-    if outcome.kind == "result":
+    if outcome.kind is Outcome.RESULT:
         return outcome.result
-    if outcome.kind == "config":
+    if outcome.kind is Outcome.CONFIG:
         raise ConfigError(outcome.message)
-    if outcome.kind == "interrupted":
+    if outcome.kind is Outcome.INTERRUPTED:
         raise KeyboardInterrupt(outcome.message)
     result = outcome.result or RunResult("failed", config, error=outcome.message)
     raise RunFailed(f"run failed: {outcome.message}", result) from outcome.exception

@@ -27,6 +27,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, BinaryIO
 
 PDEATHSIG = 1  # prctl(PR_SET_PDEATHSIG, sig)
@@ -42,12 +43,26 @@ class TrialRequest:
     missing there, so envs registered by the caller (tests, user modules) work too."""
 
 
+class Outcome(StrEnum):
+    """How a trial process ended."""
+
+    RESULT = "result"
+    """The run ended: completed or diverged (its result says which)."""
+    FAILED = "failed"
+    """The run crashed (its partial result is kept)."""
+    CONFIG = "config"
+    """This machine refused the configuration (a ConfigError: cuda asked where there is none)."""
+    INTERRUPTED = "interrupted"
+    """SIGINT or SIGTERM."""
+    DIED = "died"
+    """The trial process ended without an outcome."""
+    TRACKING = "tracking"
+    """The caller's tracker failed (set by :func:`run_trial`)."""
+
+
 @dataclass
 class TrialOutcome:
-    kind: str
-    """``result`` (completed or diverged), ``failed`` (the run crashed), ``config`` (a ConfigError:
-    e.g. cuda asked on a machine without it), ``interrupted``, ``died`` (the trial process ended
-    without an outcome), ``tracking`` (the sweep's tracker failed; set by :func:`run_trial`)."""
+    kind: Outcome
     result: Any = None  # dqnlab.run.RunResult where the run started
     message: str = ""
     exception: BaseException | None = None
@@ -94,11 +109,11 @@ def run_trial(request: TrialRequest, callbacks: list[Any]) -> TrialOutcome:
     if signals:
         raise KeyboardInterrupt(f"signal {signal.Signals(signals[0]).name}")
     if error is not None:
-        return TrialOutcome("tracking", outcome.result if outcome else None, str(error), error)
+        return TrialOutcome(Outcome.TRACKING, outcome.result if outcome else None, str(error), error)
     if outcome is None:
         code = proc.returncode
         how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
-        return TrialOutcome("died", None, f"the trial process ended with {how} and no outcome")
+        return TrialOutcome(Outcome.DIED, None, f"the trial process ended with {how} and no outcome")
     return outcome
 
 

@@ -13,7 +13,7 @@ import signal
 import sys
 from typing import Any, BinaryIO
 
-from dqnlab.engine.fresh_process import PDEATHSIG, TrialOutcome, TrialRequest
+from dqnlab.engine.fresh_process import PDEATHSIG, Outcome, TrialOutcome, TrialRequest
 
 
 class _Forward:
@@ -63,13 +63,13 @@ def _execute(request: TrialRequest, forward: _Forward) -> TrialOutcome:
         gym.registry[spec.id] = spec
     callbacks = [forward] if request.quiet else [forward, ConsoleProgress()]
     try:
-        return TrialOutcome("result", train(request.config, callbacks))
+        return TrialOutcome(Outcome.RESULT, train(request.config, callbacks))
     except ConfigError as exc:
-        return TrialOutcome("config", None, str(exc))
+        return TrialOutcome(Outcome.CONFIG, None, str(exc))
     except RunFailed as exc:
-        return TrialOutcome("failed", exc.result, str(exc))
+        return TrialOutcome(Outcome.FAILED, exc.result, str(exc))
     except KeyboardInterrupt:
-        return TrialOutcome("interrupted", None, "interrupted (SIGINT/SIGTERM)")
+        return TrialOutcome(Outcome.INTERRUPTED, None, "interrupted (SIGINT/SIGTERM)")
 
 
 def _interrupt(signum, frame):
@@ -87,9 +87,9 @@ def main(argv: list[str]) -> int:
             sys.path[:] = sys_path  # the caller's path: the modules its pickled request refers to
             outcome = _execute(pickle.loads(payload), forward)
         except KeyboardInterrupt:
-            outcome = TrialOutcome("interrupted", None, "interrupted before the run started")
+            outcome = TrialOutcome(Outcome.INTERRUPTED, None, "interrupted before the run started")
         forward._send("outcome", outcome)
-    return 130 if outcome.kind == "interrupted" else 0
+    return 130 if outcome.kind is Outcome.INTERRUPTED else 0
 
 
 if __name__ == "__main__":

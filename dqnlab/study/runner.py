@@ -36,6 +36,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from dqnlab.config import Config
 from dqnlab.objective import MISSING_SCORE, objective_value, optuna_value, replica_values
 from dqnlab.signals import gated_interrupts
 from dqnlab.study.progress import ProgressEvent, SweepDisplay
@@ -121,7 +122,7 @@ def worker_loop(args: WorkerArgs, report=None) -> None:
     import optuna
     from optuna.trial import TrialState
 
-    from dqnlab.engine.fresh_process import TrialRequest, run_trial
+    from dqnlab.engine.fresh_process import Outcome, TrialOutcome, TrialRequest, run_trial
     from dqnlab.metrics import OBJECTIVE, display_key
     from dqnlab.study.claims import claim_grid_point
     from dqnlab.tracking.mlflow_runs import MlflowClient, MlflowRunTracker, ReplicaRuns, TrackingError, start_trial_run
@@ -145,6 +146,31 @@ def worker_loop(args: WorkerArgs, report=None) -> None:
             raise
 
     def run_point(trial) -> float:
+        """One trial in its phases: claim the grid point, start its runs, run it, record the outcome."""
+        key, point, config = claim(trial)
+        trial.set_user_attr("worker", worker)
+        trial.set_user_attr("status", "running")
+        tracker, started = None, False
+        try:  # from here on, an interrupt anywhere is recorded and the trial's runs closed
+            tracker = start_runs(trial, key, config)
+            label = ", ".join(f"{a}={encode(v)}" for a, v in point.items())
+            report(ProgressEvent("start", args.job, trial.number, label=label, cost_s=estimate_trial_s(config)))
+            started = True
+            progress = _TrialProgress(report, args.job, trial.number)
+            # quiet: the trial process prints nothing; the sweep's display shows its progress
+            outcome = run_trial(TrialRequest(config, True, gym.spec(config.env.env_id)), [tracker, progress])
+        except KeyboardInterrupt:
+            outcome = TrialOutcome(Outcome.INTERRUPTED, None, "interrupted (SIGINT/SIGTERM)")
+        except TrackingError as exc:  # the trial's runs could not be created
+            outcome = TrialOutcome(Outcome.TRACKING, None, str(exc), exc)
+        if started:
+            status = outcome.result.status if outcome.kind is Outcome.RESULT else outcome.kind.value
+            report(ProgressEvent("end", args.job, trial.number, status=status))
+        return record(trial, config, tracker, outcome)
+
+    def claim(trial) -> tuple[str, dict, Config]:
+        """The grid point this trial runs, claimed for it (pruned: the grid is exhausted, or another trial
+        holds the point): its key, its values and its config."""
         key = trial.user_attrs.get("grid_point")
         if key is None:
             raise optuna.TrialPruned("not a queued grid point: the grid is exhausted")
@@ -153,65 +179,48 @@ def worker_loop(args: WorkerArgs, report=None) -> None:
             trial.set_user_attr("duplicate_of", owner)
             raise optuna.TrialPruned(f"grid point already claimed by trial {owner}")
         point = {a: decode(a, trial.suggest_categorical(a, [encode(v) for v in vs])) for a, vs in spec.grid.items()}
-        config = spec.config_for(point)
-        trial.set_user_attr("worker", worker)
-        trial.set_user_attr("status", "running")
-        seeds = [config.run.seed + k for k in range(config.run.replicas)]
-        tracker, started, status = None, False, "failed"
-        try:  # from here on, Ctrl-C or SIGTERM marks the trial interrupted and closes its runs, wherever it lands
-            try:  # one child run per replica: a replica is a run, with its own seed
-                run_ids = [start_trial_run(
-                    client, args.experiment_id, args.parent_run_id, run_name=f"trial {trial.number} seed {seed}",
-                    tags={"trial_number": str(trial.number), "grid_point": key, "dqnlab.study": spec.study_name,
-                          "dqnlab.worker": worker, "replica": str(k)}, config=config.replace(seed=seed, replicas=1),
-                ) for k, seed in enumerate(seeds)]  # fmt: skip
+        return key, point, spec.config_for(point)
+
+    def start_runs(trial, key: str, config: Config) -> ReplicaRuns:
+        """One MLflow child run per replica (a replica is a run, with its own seed), under the study's run."""
+        run_ids = [start_trial_run(
+            client, args.experiment_id, args.parent_run_id, run_name=f"trial {trial.number} seed {seed}",
+            tags={"trial_number": str(trial.number), "grid_point": key, "dqnlab.study": spec.study_name,
+                  "dqnlab.worker": worker, "replica": str(k)}, config=config.replace(seed=seed, replicas=1),
+        ) for k, seed in enumerate(_seeds(config))]  # fmt: skip
+        trial.set_user_attr("mlflow_run_ids", run_ids)
+        return ReplicaRuns([MlflowRunTracker(client, run_id, params_logged=True) for run_id in run_ids])
+
+    def record(trial, config: Config, tracker: ReplicaRuns | None, outcome: TrialOutcome) -> float:
+        """The one place a trial's status is written: the outcome recorded, what it left open closed, and
+        the objective returned, or the exception that ends this trial (TrialFailed) or the sweep."""
+        if outcome.kind is Outcome.RESULT:
+            result = outcome.result
+            values = replica_values(result, spec.objective)
+            try:
+                for run, v in zip(tracker.trackers, values):
+                    run.log_metric(display_key(OBJECTIVE), v)  # MISSING_SCORE (NaN) stays NaN
             except TrackingError as exc:
-                _record_failure(trial, str(exc))
-                raise
-            tracker = ReplicaRuns([MlflowRunTracker(client, run_id, params_logged=True) for run_id in run_ids])
-            trial.set_user_attr("mlflow_run_ids", run_ids)
-            label = ", ".join(f"{a}={encode(v)}" for a, v in point.items())
-            report(ProgressEvent("start", args.job, trial.number, label=label, cost_s=estimate_trial_s(config)))
-            started = True
-            progress = _TrialProgress(report, args.job, trial.number)
-            # quiet: the trial process prints nothing; the sweep's display shows its progress
-            outcome = run_trial(TrialRequest(config, True, gym.spec(config.env.env_id)), [tracker, progress])
-            status = outcome.result.status if outcome.kind == "result" else outcome.kind
-        except KeyboardInterrupt:
-            status = "interrupted"
+                outcome = TrialOutcome(Outcome.TRACKING, result, str(exc), exc)
+            else:
+                trial.set_user_attr("status", result.status)
+                trial.set_user_attr("seed_values", {str(s): v for s, v in zip(_seeds(config), values)})
+                trial.set_user_attr("seed_status", {str(r.seed): r.status for r in result.replicas})
+                return optuna_value(objective_value(result, spec.objective))
+        if outcome.kind is Outcome.INTERRUPTED:
             trial.set_user_attr("status", "interrupted")
             if tracker is not None:
                 tracker.close_unended("interrupted")
-            raise
-        finally:
-            if started:
-                report(ProgressEvent("end", args.job, trial.number, status=status))
-        if outcome.kind == "interrupted":
-            trial.set_user_attr("status", "interrupted")
-            tracker.close_unended("interrupted")
             raise KeyboardInterrupt(outcome.message)
-        if outcome.kind == "tracking":  # every later trial would fail the same way
-            _record_failure(trial, outcome.message)
-            raise TrackingError(outcome.message) from tracker.broken
-        if outcome.kind != "result":
-            reason = outcome.message
-            if outcome.kind == "config":
-                reason = f"configuration refused on {socket.gethostname()}: {reason}"
-            _record_failure(trial, reason)
-            tracker.close_unended("failed", reason)  # the trial process could not close its run
-            raise TrialFailed(reason)
-        result = outcome.result
-        values = replica_values(result, spec.objective)
-        try:
-            for run, v in zip(tracker.trackers, values):
-                run.log_metric(display_key(OBJECTIVE), v)  # MISSING_SCORE (NaN) stays NaN
-        except TrackingError as exc:
-            _record_failure(trial, str(exc))
-            raise
-        trial.set_user_attr("status", result.status)
-        trial.set_user_attr("seed_values", {str(s): v for s, v in zip(seeds, values)})
-        trial.set_user_attr("seed_status", {str(r.seed): r.status for r in result.replicas})
-        return optuna_value(objective_value(result, spec.objective))
+        reason = outcome.message
+        if outcome.kind is Outcome.CONFIG:
+            reason = f"configuration refused on {socket.gethostname()}: {reason}"
+        _record_failure(trial, reason)
+        if outcome.kind is Outcome.TRACKING:  # every later trial would fail the same way: the sweep stops
+            raise TrackingError(outcome.message) from outcome.exception
+        if tracker is not None:
+            tracker.close_unended("failed", reason)  # the trial process could not close its runs
+        raise TrialFailed(reason)
 
     with gated_interrupts() as gate:
         try:
@@ -228,6 +237,11 @@ def worker_loop(args: WorkerArgs, report=None) -> None:
             ) from exc
         finally:
             claims.dispose()
+
+
+def _seeds(config: Config) -> list[int]:
+    """The seeds of a trial's replicas."""
+    return [config.run.seed + k for k in range(config.run.replicas)]
 
 
 def _record_failure(trial, error: str) -> None:
