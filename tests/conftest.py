@@ -134,6 +134,8 @@ worker, so its fixture is made once. Every other test is scheduled on its own.""
 def pytest_xdist_make_scheduler(config, log):
     """pytest-xdist's scheduling with :data:`MODULES_IN_ONE_WORKER` kept whole (its own ``loadgroup`` marks
     no longer take effect under pytest 9, which ignores the node-id suffix they rely on)."""
+    if config.getvalue("dist") != "load":  # a --dist the user chose is theirs
+        return None
     from xdist.scheduler import LoadScopeScheduling
 
     class ModulesWithFixturesWhole(LoadScopeScheduling):
@@ -156,7 +158,11 @@ def finding_smokes(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     from filelock import FileLock
 
     root = Path(__file__).resolve().parent.parent
-    shared = tmp_path_factory.getbasetemp().parent  # the session's folder, common to every xdist worker
+    # under xdist: the session's folder, common to its workers (one test run: one uid); alone: this
+    # session's own folder (the parent would be shared with every later session, which would then reuse it)
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    shared = tmp_path_factory.getbasetemp().parent / f"run-{run}" if run else tmp_path_factory.getbasetemp()
+    shared.mkdir(exist_ok=True)
     results, record = shared / "finding-smokes", shared / "finding-smokes.json"
     with FileLock(str(record) + ".lock"):
         if record.exists():

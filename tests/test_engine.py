@@ -144,15 +144,15 @@ def test_serial_mode_is_deterministic_and_parallel_mode_measures_the_same(leak_g
     parallel = train(config.replace(mode="parallel"))
     for r in (a, parallel):
         assert r.status == "completed" and r.final[UPDATES] == 2500
-    # What the schedule bounds, measured the same way in both modes: a transition's policy lag is its
-    # replay age plus its actor's staleness, and an actor re-reads the weights every sync_every of its
-    # env steps, during which the others make theirs: at most utd * (sync_every * workers + slack)
-    # updates (+ publish_every) stale.
+    # What the schedule bounds: a transition's policy lag is its replay age plus its actor's staleness.
+    # Serial mode steps the actors in turn, and one re-reads the weights every sync_every of its env steps,
+    # during which the others make theirs: at most utd * (sync_every * workers + slack) updates (+
+    # publish_every) stale. In parallel a descheduled actor may fall further behind: only the identity holds.
     c = config.run
     stale_max = config.agent.utd * (c.sync_every * config.env.num_workers + c.limiter_slack) + c.publish_every
+    assert 0 <= a.final[ACTOR_STALENESS_RUN_MEAN] <= stale_max
     for r in (a, parallel):
-        assert 0 <= r.final[ACTOR_STALENESS_RUN_MEAN] <= stale_max
-        assert r.final[POLICY_LAG_RUN_MEAN] >= r.final[ACTOR_STALENESS_RUN_MEAN]
+        assert 0 <= r.final[ACTOR_STALENESS_RUN_MEAN] <= r.final[POLICY_LAG_RUN_MEAN]
     print(f"policy lag over the run: serial {a.final[POLICY_LAG_RUN_MEAN]:.1f}, "
           f"parallel {parallel.final[POLICY_LAG_RUN_MEAN]:.1f} updates")  # fmt: skip
     # ... serial mode steps the workers in turn, so each holds half the ring at every draw and is drawn

@@ -36,6 +36,12 @@ def test_the_three_backends_agree_and_the_stacked_backward_equals_autograd(name,
     spec = SPECS[name]
     nets = _nets(spec, k)
     stacked = StackedQ.stack(nets)
+    step = torch.randn_like(stacked.flat) * 0.05
+    stacked.flat.add_(step)  # an in-place update after stacking (Adam's, a target copy's) reaches every backend
+    for r, net in enumerate(nets):
+        with torch.no_grad():
+            for p, d in zip(net.parameters(), stacked.views(step).values()):
+                p.add_(d[r])
     twin = NumpyQ(spec, replicas=k)
     flatten_into(stacked, twin.params)
     obs = torch.randn(k, 5, spec.obs_dim)
@@ -76,10 +82,14 @@ def test_the_config_builds_the_network_and_refuses_convolutions_that_do_not_fit(
     assert [type(layer).__name__ for layer in spec.layers] == ["Reshape", "Conv2d", "ReLU", "Conv2d", "ReLU", "Reshape",
                                                               "Linear", "ReLU", "Linear", "ReLU", "Linear"]  # fmt: skip
     assert spec.obs_dim == 98 and spec.head == ("head.weight", "head.bias")
-    with pytest.raises(ValueError, match="conv_layers"):
+    with pytest.raises(ConfigError, match="conv_kernels"):
         network_spec(Config.from_flat(conv_channels=(4,), conv_kernels=(9,)).network, (2, 7, 7), 3)
-    with pytest.raises(ValueError, match="conv_layers"):
+    with pytest.raises(ConfigError, match="conv_channels"):
         network_spec(Config.from_flat(conv_channels=(4,)).network, 4, 2)  # vector observations
+    from dqnlab.engine import train
+
+    with pytest.raises(ConfigError, match="conv_channels"):  # the engine runs vector observations, and says so
+        train(Config.from_flat(conv_channels=(4,), total_env_steps=600, learning_starts=200, batch_size=32, probe_size=32))
     with pytest.raises(ConfigError, match="conv_kernels"):
         Config.from_flat(conv_channels=(4, 4), conv_kernels=(3,))
 

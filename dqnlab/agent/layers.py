@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from dqnlab.agent.aten_ops import conv2d_backward, layer_norm_input_backward, relu_backward
+from dqnlab.config import ConfigError
 
 LN_EPS = 1e-5
 
@@ -89,15 +90,19 @@ class Linear:
         return dh, (torch.bmm(dz.transpose(1, 2), h), dz.sum(1))
 
     @staticmethod
-    def np_forward(p: dict[str, np.ndarray], h: np.ndarray) -> np.ndarray:
+    def np_forward(p: dict[str, np.ndarray], h: np.ndarray, relu: bool = False) -> np.ndarray:
+        """``relu``: the next layer's ReLU, applied in place (one call less a layer on the actor's path)."""
         w, b = p["weight"], p["bias"]
         if w.ndim == 3:  # K replicas
-            return np.matmul(h, w.transpose(0, 2, 1)) + b[:, None, :]
-        if h.ndim == 1:  # one observation: a matrix-vector product is ~2x faster
+            z = np.matmul(h, w.transpose(0, 2, 1))
+            z += b[:, None, :]
+        elif h.ndim == 1:  # one observation: a matrix-vector product is ~2x faster
             z = w.dot(h)
             z += b
-            return z
-        return h @ w.T + b
+        else:
+            z = h @ w.T
+            z += b
+        return np.maximum(z, 0.0, out=z) if relu else z
 
 
 @dataclass(frozen=True)
@@ -126,13 +131,14 @@ class LayerNorm:
         return layer_norm_input_backward(d_out * s[0], z, mean, rstd) if need_input else None, grads
 
     @staticmethod
-    def np_forward(p: dict[str, np.ndarray], h: np.ndarray) -> np.ndarray:
+    def np_forward(p: dict[str, np.ndarray], h: np.ndarray, relu: bool = False) -> np.ndarray:
         w, b = p["weight"], p["bias"]
         if w.ndim == 2:  # K replicas: (K, H) affine over (K, B, H)
             w, b = w[:, None, :], b[:, None, :]
         mu = h.mean(axis=-1, keepdims=True)
         var = h.var(axis=-1, keepdims=True)
-        return (h - mu) / np.sqrt(var + LN_EPS) * w + b
+        z = (h - mu) / np.sqrt(var + LN_EPS) * w + b
+        return np.maximum(z, 0.0, out=z) if relu else z
 
 
 @dataclass(frozen=True)
@@ -159,7 +165,7 @@ class ReLU:
         return relu_backward(d_out, out), ()
 
     @staticmethod
-    def np_forward(p: dict[str, np.ndarray], h: np.ndarray) -> np.ndarray:
+    def np_forward(p: dict[str, np.ndarray], h: np.ndarray, relu: bool = False) -> np.ndarray:
         return np.maximum(h, 0.0, out=h)  # h is the previous layer's fresh output
 
 
@@ -185,19 +191,24 @@ class Conv2d:
         return self.out_channels, (h - self.kernel) // self.stride + 1, (w - self.kernel) // self.stride + 1
 
     def prepare(self, p: dict[str, torch.Tensor]) -> tuple:
-        w, b = p["weight"], p["bias"]
+        # the views themselves: K rows of the parameter matrix are P apart, so the grouped weight
+        # (K * out, in, k, k) is a copy, made at each call (made once, it would miss every later update)
+        return p["weight"], p["bias"]
+
+    def _grouped(self, s: tuple) -> tuple[torch.Tensor, torch.Tensor, int]:
+        w, b = s
         k = w.shape[0]
         return w.reshape(k * self.out_channels, *w.shape[2:]), b.reshape(-1), k
 
     def forward(self, s: tuple, h: torch.Tensor) -> tuple[torch.Tensor, object]:
-        w, b, k = s
+        w, b, k = self._grouped(s)
         batch = h.shape[1]
         x = h.transpose(0, 1).reshape(batch, k * self.in_channels, *h.shape[3:])  # replicas as channel groups
         y = torch.nn.functional.conv2d(x, w, b, self.stride, groups=k)
         return y.reshape(batch, k, self.out_channels, *y.shape[2:]).transpose(0, 1), x
 
     def backward(self, s: tuple, x: torch.Tensor, d_out: torch.Tensor, need_input: bool) -> tuple:
-        w, _, k = s
+        w, _, k = self._grouped(s)
         batch = x.shape[0]
         dy = d_out.transpose(0, 1).reshape(batch, k * self.out_channels, *d_out.shape[3:])
         dx, dw, db = conv2d_backward(dy, x, w, self.stride, k, need_input)
@@ -206,19 +217,21 @@ class Conv2d:
             return None, grads
         return dx.reshape(batch, k, self.in_channels, *dx.shape[2:]).transpose(0, 1), grads
 
-    def np_forward(self, p: dict[str, np.ndarray], h: np.ndarray) -> np.ndarray:
+    def np_forward(self, p: dict[str, np.ndarray], h: np.ndarray, relu: bool = False) -> np.ndarray:
         w, b = p["weight"], p["bias"]
         s, n = self.stride, self.kernel
         windows = np.lib.stride_tricks.sliding_window_view(h, (n, n), axis=(-2, -1))[..., ::s, ::s, :, :]
         if w.ndim == 5:  # K replicas: windows (K, B, C, H', W', n, n), weights (K, out, C, n, n)
-            return np.einsum("kbchwij,kocij->kbohw", windows, w, optimize=True) + b[:, None, :, None, None]
-        return np.einsum("...chwij,ocij->...ohw", windows, w, optimize=True) + b[:, None, None]
+            z = np.einsum("kbchwij,kocij->kbohw", windows, w, optimize=True) + b[:, None, :, None, None]
+        else:
+            z = np.einsum("...chwij,ocij->...ohw", windows, w, optimize=True) + b[:, None, None]
+        return np.maximum(z, 0.0, out=z) if relu else z
 
 
 @dataclass(frozen=True)
 class Reshape:
     """The flat feature vector as ``shape`` (an image observation ``(C, H, W)``, stored flat in the
-    replay), or any input flattened (``shape=(-1,)``: after the convolutions). No parameters."""
+    replay), or the convolutions' ``(C, H, W)`` output as one vector (``shape=(-1,)``). No parameters."""
 
     shape: tuple[int, ...]
     name: str = ""
@@ -240,7 +253,7 @@ class Reshape:
     def backward(self, s: tuple, shape: torch.Size, d_out: torch.Tensor, need_input: bool) -> tuple:
         return d_out.reshape(shape) if need_input else None, ()
 
-    def np_forward(self, p: dict[str, np.ndarray], h: np.ndarray) -> np.ndarray:
+    def np_forward(self, p: dict[str, np.ndarray], h: np.ndarray, relu: bool = False) -> np.ndarray:
         if self.shape == (-1,):
             return h.reshape(*h.shape[: h.ndim - 3], -1)  # the conv torso's (C, H, W) as one vector
         return h.reshape(*h.shape[:-1], *self.shape)
@@ -316,7 +329,7 @@ def network_spec(network, obs_shape: tuple[int, ...] | int, num_actions: int) ->
     conv = getattr(network, "conv_layers", ())
     if conv:
         if len(shape) != 3:
-            raise ValueError(f"conv_layers: got {conv!r} for observations of shape {shape}; allowed: image "
+            raise ConfigError(f"conv_channels: got {conv!r} for observations of shape {shape}; allowed: image "
                              "observations (C, H, W), or no conv_layers")  # fmt: skip
         layers.append(Reshape(shape))
         c, h, w = shape
@@ -324,7 +337,7 @@ def network_spec(network, obs_shape: tuple[int, ...] | int, num_actions: int) ->
             layer = Conv2d(f"conv.{i}", c, channels, kernel, stride)
             c, h, w = layer.out_shape(h, w)
             if h < 1 or w < 1:
-                raise ValueError(f"conv_layers: layer {i} {(channels, kernel, stride)} leaves no pixel of the "
+                raise ConfigError(f"conv_kernels: layer {i} {(channels, kernel, stride)} leaves no pixel of the "
                                  f"{shape} observation; allowed: kernels and strides that fit it")  # fmt: skip
             layers += [layer, ReLU()]
         layers.append(Reshape((-1,)))

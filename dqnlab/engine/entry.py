@@ -45,6 +45,10 @@ def train(config: Config, callbacks: Iterable[Any] = ()) -> RunResult:
     thread pools), a parallel run is carried out in a fresh thread-free process
     (:mod:`dqnlab.engine.fresh_process`, ~1.6 s to start) and ``callbacks`` still receive every event here."""
     obs_dim, num_actions = inspect_env(config.env.env_id)
+    if config.network.conv_channels:
+        raise ConfigError(f"conv_channels: got {config.network.conv_channels!r}; allowed: () for now: the engine's "
+                          "actors and replay run vector observations (the convolution layers are tested on their "
+                          "own, tests/test_networks.py, and usable through Learner and QNetwork)")  # fmt: skip
     if config.run.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device: got 'cuda' but torch.cuda.is_available() is False; allowed: 'cpu'")
     if config.run.mode == "parallel" and other_threads():

@@ -150,9 +150,10 @@ def worker_loop(args: WorkerArgs, report=None) -> None:
         key, point, config = claim(trial)
         trial.set_user_attr("worker", worker)
         trial.set_user_attr("status", "running")
-        tracker, started = None, False
+        run_ids: list[str] = []  # the trial's MLflow runs, each added as soon as it exists
+        tracker, outcome, started = None, None, False
         try:  # from here on, an interrupt anywhere is recorded and the trial's runs closed
-            tracker = start_runs(trial, key, config)
+            tracker = start_runs(trial, key, config, run_ids)
             label = ", ".join(f"{a}={encode(v)}" for a, v in point.items())
             report(ProgressEvent("start", args.job, trial.number, label=label, cost_s=estimate_trial_s(config)))
             started = True
@@ -163,10 +164,14 @@ def worker_loop(args: WorkerArgs, report=None) -> None:
             outcome = TrialOutcome(Outcome.INTERRUPTED, None, "interrupted (SIGINT/SIGTERM)")
         except TrackingError as exc:  # the trial's runs could not be created
             outcome = TrialOutcome(Outcome.TRACKING, None, str(exc), exc)
-        if started:
-            status = outcome.result.status if outcome.kind is Outcome.RESULT else outcome.kind.value
-            report(ProgressEvent("end", args.job, trial.number, status=status))
-        return record(trial, config, tracker, outcome)
+        finally:
+            if started:  # on every path: the display never keeps a trial that ended
+                status = "failed" if outcome is None else (
+                    outcome.result.status if outcome.kind is Outcome.RESULT else outcome.kind.value)  # fmt: skip
+                report(ProgressEvent("end", args.job, trial.number, status=status))
+        # the trackers that saw the run's events (they know which runs ended); or, cut short while the runs
+        # were being created, trackers of those that exist
+        return record(trial, config, tracker if tracker is not None else _runs(run_ids), outcome)
 
     def claim(trial) -> tuple[str, dict, Config]:
         """The grid point this trial runs, claimed for it (pruned: the grid is exhausted, or another trial
@@ -181,15 +186,21 @@ def worker_loop(args: WorkerArgs, report=None) -> None:
         point = {a: decode(a, trial.suggest_categorical(a, [encode(v) for v in vs])) for a, vs in spec.grid.items()}
         return key, point, spec.config_for(point)
 
-    def start_runs(trial, key: str, config: Config) -> ReplicaRuns:
-        """One MLflow child run per replica (a replica is a run, with its own seed), under the study's run."""
-        run_ids = [start_trial_run(
-            client, args.experiment_id, args.parent_run_id, run_name=f"trial {trial.number} seed {seed}",
-            tags={"trial_number": str(trial.number), "grid_point": key, "dqnlab.study": spec.study_name,
-                  "dqnlab.worker": worker, "replica": str(k)}, config=config.replace(seed=seed, replicas=1),
-        ) for k, seed in enumerate(_seeds(config))]  # fmt: skip
-        trial.set_user_attr("mlflow_run_ids", run_ids)
-        return ReplicaRuns([MlflowRunTracker(client, run_id, params_logged=True) for run_id in run_ids])
+    def start_runs(trial, key: str, config: Config, run_ids: list[str]) -> ReplicaRuns:
+        """One MLflow child run per replica (a replica is a run, with its own seed), under the study's run;
+        each id goes into ``run_ids`` (and the trial's attributes) as soon as its run exists, so one that an
+        interrupt or a failure cuts short is closed, or found as killed by the next sweep."""
+        for k, seed in enumerate(_seeds(config)):
+            run_ids.append(start_trial_run(
+                client, args.experiment_id, args.parent_run_id, run_name=f"trial {trial.number} seed {seed}",
+                tags={"trial_number": str(trial.number), "grid_point": key, "dqnlab.study": spec.study_name,
+                      "dqnlab.worker": worker, "replica": str(k)}, config=config.replace(seed=seed, replicas=1),
+            ))  # fmt: skip
+            trial.set_user_attr("mlflow_run_ids", list(run_ids))
+        return _runs(run_ids)
+
+    def _runs(run_ids: list[str]) -> ReplicaRuns | None:
+        return ReplicaRuns([MlflowRunTracker(client, r, params_logged=True) for r in run_ids]) if run_ids else None
 
     def record(trial, config: Config, tracker: ReplicaRuns | None, outcome: TrialOutcome) -> float:
         """The one place a trial's status is written: the outcome recorded, what it left open closed, and
@@ -217,6 +228,11 @@ def worker_loop(args: WorkerArgs, report=None) -> None:
             reason = f"configuration refused on {socket.gethostname()}: {reason}"
         _record_failure(trial, reason)
         if outcome.kind is Outcome.TRACKING:  # every later trial would fail the same way: the sweep stops
+            if tracker is not None:
+                try:
+                    tracker.close_unended("failed", reason)
+                except TrackingError:  # the store itself failed: the next sweep marks the runs killed
+                    pass
             raise TrackingError(outcome.message) from outcome.exception
         if tracker is not None:
             tracker.close_unended("failed", reason)  # the trial process could not close its runs
