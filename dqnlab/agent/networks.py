@@ -77,7 +77,8 @@ class StackedQ:
         # each layer with its prepared views (made once; views of ``flat`` see its in-place changes)
         self._layers = [(layer, layer.prepare({p: v[f"{layer.name}.{p}"] for p in layer.shapes()}))
                         for layer in spec.layers]  # fmt: skip
-        self._first_with_params = min(i for i, layer in enumerate(spec.layers) if layer.shapes())
+        self._param_names = [tuple(f"{layer.name}.{p}" for p in layer.shapes()) for layer in spec.layers]
+        self._first_with_params = min(i for i, names in enumerate(self._param_names) if names)
         self._features = spec.feature_layers()
 
     @classmethod
@@ -155,8 +156,7 @@ class StackedQ:
         for i in range(len(self._layers) - 1, self._first_with_params - 1, -1):
             layer, s = self._layers[i]
             d, own = layer.backward(s, tape[i], d, i > self._first_with_params)
-            for pname, g in zip(layer.shapes(), own):
-                grads[f"{layer.name}.{pname}"] = g
+            grads.update(zip(self._param_names[i], own))
         k = dq.shape[0]
         return torch.cat([grads[name].reshape(k, -1) for name in self._layout.names], dim=1)
 
