@@ -287,7 +287,7 @@ def test_the_study_run_is_closed_with_its_cells_and_running_again_while_a_rerun_
 
     def second_trial_dies(request, callbacks):
         if request.config.run.seed == 1:
-            return trial_process.TrialOutcome("died", None, "injected: the trial process was killed")
+            return trial_process.TrialOutcome(trial_process.Outcome.DIED, None, "injected: the trial process was killed")
         return real(request, callbacks)
 
     monkeypatch.setattr(trial_process, "run_trial", second_trial_dies)
