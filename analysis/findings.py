@@ -29,15 +29,16 @@ from analysis.calibration import finding_calibration  # noqa: E402
 from analysis.cells import returns_of  # noqa: E402
 from analysis.curves import auc_of, soft_divergence_counts  # noqa: E402
 from analysis.export import read_study  # noqa: E402
-from analysis.family import Family  # noqa: E402
+from analysis.family import Family, recorded_families  # noqa: E402
 from analysis.findings_common import Finding, fmt_ci  # noqa: E402
 from analysis.plots import save  # noqa: E402
 from analysis.replay_polyak import STUDY_ENV, finding_replay_polyak  # noqa: E402
 from analysis.replay_ratio import finding_replay_ratio  # noqa: E402
 from analysis.stats import bootstrap_ci, iqm, probability_of_improvement  # noqa: E402
+from analysis.summary import summary_block  # noqa: E402
 from dqnlab import metrics as M  # noqa: E402
 from dqnlab.config import Config  # noqa: E402
-from dqnlab.statistics import bootstrap_difference, fisher_exact, holm  # noqa: E402
+from dqnlab.statistics import bootstrap_difference, difference_draws, fisher_exact, holm  # noqa: E402
 
 MARGIN_CARTPOLE = 50.0
 """The equivalence margin of CartPole returns (a tenth of its 0..500 range), declared with each family."""
@@ -328,8 +329,7 @@ def finding_workers(runs: pd.DataFrame, hist: pd.DataFrame | None = None) -> Fin
         sampled, produced = f"final_{M.worker_share(1, 'sampled')}", f"final_{M.worker_share(1, 'produced')}"
         if sampled in sub and produced in sub:
             gap = (sub[sampled] - sub[produced]).to_numpy(dtype=float)
-            point_gap, draws = bootstrap_difference(gap, np.zeros(1), reps=1000)
-            shares_family.add(f"{v}: sampled minus produced", point_gap, draws)
+            shares_family.add(f"{v}: sampled minus produced", iqm(gap), difference_draws(gap, np.zeros(1)))
         buffer = f"{int(sub['buffer_capacity'].iloc[0]):,}" if "buffer_capacity" in sub else "—"
         md.append(f"| {v} | {buffer} | {share['produced']:.3f} | {share['resident']:.3f} | {share['sampled']:.3f} | "
                   f"{share['episodes']:.3f} | {_fmt(*point)} | {_auc_cell(sub, hist)} | {vs} |")  # fmt: skip
@@ -599,46 +599,46 @@ def data_findings(data: Path, names: list[str]) -> dict[str, Finding]:
     """The findings of :data:`DATA_FINDINGS` whose data files exist under ``data``."""
     out: dict[str, Finding] = {}
     for name in names:
-        _, studies = DATA_FINDINGS[name]
-        present = {s: read_study(data, s) for s in studies if (data / f"{s}.runs.csv.gz").exists()}
-        if not present:
-            continue
-        if name == "calibration":
-            out[name] = finding_calibration(present)
-        elif name == "replay_ratio":
-            out[name] = finding_replay_ratio(replay_ratio_by_env(present))
-        elif name == "replay_polyak":  # beside finding 4's cells of the same env (its full study, or its parts)
-            hard = replay_ratio_by_env({s: read_study(data, s) for s in DATA_FINDINGS["replay_ratio"][1]
-                                        if (data / f"{s}.runs.csv.gz").exists()})  # fmt: skip
-            studies = {STUDY_ENV[s]: (v, hard[STUDY_ENV[s]]) for s, v in present.items() if STUDY_ENV[s] in hard}
-            if studies:
-                out[name] = finding_replay_polyak(studies)
-        elif name == "replay_prioritized":
-            runs = pd.concat([r for r, _ in present.values()], ignore_index=True)
-            hist = pd.concat([h for _, h in present.values()], ignore_index=True)
-            # the uniform cells' A/A partners: 4b's period-256 cells (UTD 1, 4) and finding 4's plain env-step cell
-            partners = [read_study(data, s)[0] for s in ("replay_ratio-target_period", "replay_ratio-cartpole-plain-utd16")
-                        if (data / f"{s}.runs.csv.gz").exists()]  # fmt: skip
-            same = pd.concat(partners, ignore_index=True) if partners else None
-            out[name] = finding_replay_prioritized(runs, hist, same)
-        else:
-            runs = pd.concat([r for r, _ in present.values()], ignore_index=True)
-            hist = pd.concat([h for _, h in present.values()], ignore_index=True)
-            if name == "workers_prioritized" and (data / "workers-default.runs.csv.gz").exists():
-                out[name] = finding_workers_prioritized(runs, hist, read_study(data, "workers-default")[0])
-                continue
-            if name == "target_period":  # the period-256 cells' A/A partners: finding 4's plain env-step cells
-                partners = [read_study(data, s)[0] for s in ("replay_ratio-cartpole", "replay_ratio-cartpole-plain",
-                                                              "replay_ratio-cartpole-plain-utd16")
-                            if (data / f"{s}.runs.csv.gz").exists()]  # fmt: skip
-                out[name] = finding_target_period(runs, hist, pd.concat(partners, ignore_index=True) if partners else None)
-                continue
-            function = {"writers": finding_writers, "workers": finding_workers, "parallel": finding_parallel,
-                        "target_period": finding_target_period,
-                        "workers_prioritized": finding_workers_prioritized,
-                        "replay_prioritized": finding_replay_prioritized}[name]  # fmt: skip
-            out[name] = function(runs, hist)
+        with recorded_families() as families:
+            finding = _data_finding(data, name)
+        if finding is not None:
+            out[name] = finding._replace(families=tuple(families))
     return out
+
+
+def _data_finding(data: Path, name: str) -> Finding | None:
+    """One finding of :data:`DATA_FINDINGS` from its studies under ``data`` (None: none of them there)."""
+
+    def studies_of(names) -> dict[str, tuple[pd.DataFrame, pd.DataFrame]]:
+        return {s: read_study(data, s) for s in names if (data / f"{s}.runs.csv.gz").exists()}
+
+    present = studies_of(DATA_FINDINGS[name][1])
+    if not present:
+        return None
+    if name == "calibration":
+        return finding_calibration(present)
+    if name == "replay_ratio":
+        return finding_replay_ratio(replay_ratio_by_env(present))
+    if name == "replay_polyak":  # beside finding 4's cells of the same env (its full study, or its parts)
+        hard = replay_ratio_by_env(studies_of(DATA_FINDINGS["replay_ratio"][1]))
+        studies = {STUDY_ENV[s]: (v, hard[STUDY_ENV[s]]) for s, v in present.items() if STUDY_ENV[s] in hard}
+        return finding_replay_polyak(studies) if studies else None
+    runs = pd.concat([r for r, _ in present.values()], ignore_index=True)
+    hist = pd.concat([h for _, h in present.values()], ignore_index=True)
+
+    def runs_of(names) -> pd.DataFrame | None:  # A/A partners from other studies, where present
+        parts = [r for r, _ in studies_of(names).values()]
+        return pd.concat(parts, ignore_index=True) if parts else None
+
+    if name == "replay_prioritized":  # the uniform cells' partners: 4b's period-256 cells, 4's plain env-step cell
+        return finding_replay_prioritized(runs, hist, runs_of(["replay_ratio-target_period",
+                                                               "replay_ratio-cartpole-plain-utd16"]))  # fmt: skip
+    if name == "workers_prioritized":
+        return finding_workers_prioritized(runs, hist, runs_of(["workers-default"]))
+    if name == "target_period":  # the period-256 cells' partners: finding 4's plain env-step cells
+        return finding_target_period(runs, hist, runs_of(["replay_ratio-cartpole", "replay_ratio-cartpole-plain",
+                                                          "replay_ratio-cartpole-plain-utd16"]))  # fmt: skip
+    return {"writers": finding_writers, "workers": finding_workers, "parallel": finding_parallel}[name](runs, hist)
 
 
 def replace_block(page: str, name: str, text: str) -> str:
@@ -648,6 +648,22 @@ def replace_block(page: str, name: str, text: str) -> str:
         raise ValueError(f"docs/findings.md has no block {begin} ... {end}")
     i, j = page.index(begin) + len(begin), page.index(end)
     return page[:i] + "\n" + text.strip("\n") + "\n" + page[j:]
+
+
+def page_blocks(findings: dict[str, Finding], summary: bool = True) -> dict[str, str]:
+    """Each generated block's text: every finding's, and the summary table built from them all."""
+    return {name: f.text for name, f in findings.items()} | ({"summary": summary_block(findings)} if summary else {})
+
+
+def with_blocks(page: str, blocks: dict[str, str]) -> tuple[str, list[str]]:
+    """``page`` with each generated block (name -> text), and the names of the blocks that changed."""
+    stale = []
+    for name, text in blocks.items():
+        new = replace_block(page, name, text)
+        if new != page:
+            stale.append(name)
+        page = new
+    return page, stale
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -665,12 +681,9 @@ def main(argv: list[str] | None = None) -> int:
     findings = data_findings(Path(args.data), args.only or names)
     # a block on the page whose data is gone is as wrong as a number typed by hand
     orphans = [n for n in args.only or names if n not in findings and BEGIN.format(n) in page]
-    stale = []
-    for name, finding in findings.items():
-        new = replace_block(page, name, finding.text)
-        if new != page:
-            stale.append(name)
-        page = new
+    summary = not args.only and BEGIN.format("summary") in page  # --only: the other findings are not read
+    page, stale = with_blocks(page, page_blocks(findings, summary))
+    for finding in findings.values():
         if not args.check:
             save(finding.figure, Path(args.out) / finding.filename)
         else:

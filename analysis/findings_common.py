@@ -9,11 +9,13 @@ from matplotlib.figure import Figure
 
 
 class Finding(NamedTuple):
-    """What a finding shows: its numbers as Markdown, its figure, and the file name it is saved as."""
+    """What a finding shows: its numbers as Markdown, its figure, the file name it is saved as, and the
+    families of contrasts its numbers hold (:class:`analysis.family.Family`, set by the page generator)."""
 
     text: str
     figure: Figure
     filename: str
+    families: tuple = ()
 
 
 def fmt_ci(point: float, low: float, high: float, digits: int = 0) -> str:

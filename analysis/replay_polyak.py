@@ -38,7 +38,7 @@ from analysis.curves import soft_divergence_counts
 from analysis.family import Family
 from analysis.findings_common import Finding, fmt_ci
 from analysis.replay_ratio import MARGIN, REPS, UNITS, _holm_verdicts, _q, _returns, cell_rows
-from dqnlab.statistics import bootstrap_difference, fisher_exact, trend
+from dqnlab.statistics import bootstrap_difference, fisher_exact, trend_draws, trend_slope
 
 STUDY_ENV = {"replay_ratio-polyak": "CartPole-v1", "replay_ratio-polyak_acrobot": "Acrobot-v1"}
 """Each 4d study's env."""
@@ -63,12 +63,13 @@ def contrasts(runs: pd.DataFrame, env: str) -> Family:
     values = {k: _returns(g) for k, g in runs.groupby(["utd", "target_unit", "variant"])}
     utds = sorted(runs.loc[runs["variant"] == "polyak", "utd"].unique())
     copy = _targets(runs)["plain"]
-    family = Family(f"Polyak target, {env}", MARGIN[env], reps=REPS)
+    family = Family(f"Polyak target, {env}", MARGIN[env])
     for unit in ("env_steps", "updates"):
         ran = [u for u in utds if len(values.get((u, unit, "polyak"), []))]
         if len(ran) >= 2:
-            slope, draws = trend(np.log2(ran), [values[(u, unit, "polyak")] for u in ran], reps=REPS)
-            family.add(f"UTD trend, Polyak, tau per {_unit(unit)} (return per doubling of UTD)", slope, draws,
+            cells = [values[(u, unit, "polyak")] for u in ran]
+            family.add(f"UTD trend, Polyak, tau per {_unit(unit)} (return per doubling of UTD)",
+                       trend_slope(np.log2(ran), cells), trend_draws(np.log2(ran), cells),
                        testable_equivalence=False)  # fmt: skip
     for u in utds:
         if u != 1.0:

@@ -45,7 +45,15 @@ from analysis.curves import auc_of, final_metric, soft_divergence_counts
 from analysis.family import Family
 from analysis.findings_common import Finding, fmt_ci
 from dqnlab import metrics as M
-from dqnlab.statistics import bootstrap_ci, bootstrap_difference, fisher_exact, holm, trend
+from dqnlab.statistics import (
+    bootstrap_ci,
+    bootstrap_difference,
+    fisher_exact,
+    holm,
+    seeds_for_half_width,
+    trend_draws,
+    trend_slope,
+)
 
 VARIANTS = ["plain", "layernorm", "head_reset"]
 UNITS = ["updates", "env_steps"]
@@ -65,19 +73,21 @@ def _returns(runs: pd.DataFrame) -> np.ndarray:
     return v[np.isfinite(v)]
 
 
-def contrasts(runs: pd.DataFrame, margin: float) -> Family:
+def contrasts(runs: pd.DataFrame, env: str) -> Family:
     """The family of one env (the module docstring says which contrasts, declared before the data)."""
     values = {k: _returns(g) for k, g in runs.groupby(["utd", "target_unit", "variant"])}
     utds = sorted(runs["utd"].unique())
     variants = [v for v in VARIANTS if v in set(runs["variant"])]  # a study of a sub-grid declares its own
-    family = Family("replay ratio", margin, reps=REPS)
+    family = Family(f"replay ratio, {env}", MARGIN.get(env, float("nan")))
     for unit in UNITS:
         for v in variants:
             ran = [u for u in utds if len(values.get((u, unit, v), []))]  # a variant may lack a UTD so far
             if len(ran) >= 2:
-                slope, draws = trend(np.log2(ran), [values[(u, unit, v)] for u in ran], reps=REPS)
+                cells = [values[(u, unit, v)] for u in ran]
+                slope = trend_slope(np.log2(ran), cells)
                 span = "" if ran == utds else f" over UTD {', '.join(f'{u:g}' for u in ran)}"
-                family.add(f"UTD trend, target in {unit}, {v}{span} (return per doubling of UTD)", slope, draws,
+                family.add(f"UTD trend, target in {unit}, {v}{span} (return per doubling of UTD)", slope,
+                           trend_draws(np.log2(ran), cells),
                            testable_equivalence=False)  # fmt: skip
     for v in variants:
         for u in utds:
@@ -160,6 +170,31 @@ def noise_floor(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+PLANNED_HALF_WIDTH = 25.0
+"""The 95% CI half-width (return) the rerun's primary contrasts are planned for, on both envs."""
+
+
+def power_lines(runs: pd.DataFrame, half_width: float = PLANNED_HALF_WIDTH) -> list[str]:
+    """The rerun's plan, declared before its data: for each primary contrast (plain DQN, each UTD against
+    its next, per target unit), the seeds a cell that give the difference's 95% CI a half-width of at most
+    ``half_width`` from these cells' spread (:func:`dqnlab.statistics.seeds_for_half_width`)."""
+    utds = sorted(runs["utd"].unique())
+    rows = []
+    for unit in UNITS:
+        for lo, hi in zip(utds, utds[1:]):
+            x, y = (_returns(runs[(runs["utd"] == u) & (runs["target_unit"] == unit) & (runs["variant"] == "plain")])
+                    for u in (hi, lo))  # fmt: skip
+            if len(x) >= 3 and len(y) >= 3:
+                rows.append(f"| UTD {hi:g} minus {lo:g} | {unit} | {len(x)} / {len(y)} | "
+                            f"{seeds_for_half_width([x, y], half_width)} |")  # fmt: skip
+    if not rows:
+        return []
+    return [f"Power for the rerun (declared before its data): plain DQN, each UTD against the next, the seeds a "
+            f"cell that give the difference's 95% CI a half-width of at most ±{half_width:g} return, from these "
+            "cells' spread (a planning figure: the spread is itself estimated from these seeds).", "",
+            "| contrast | target in | seeds here | seeds a cell needed |", "|---|---|---|---|", *rows]  # fmt: skip
+
+
 def cell_rows(runs: pd.DataFrame, hist: pd.DataFrame) -> pd.DataFrame:
     """Per cell: final return and AUC (IQM, 95% CI), soft-diverged seeds, median final max |Q|, and the
     current-data diagnostics (medians)."""
@@ -224,7 +259,7 @@ def finding_replay_ratio(studies: dict[str, tuple[pd.DataFrame, pd.DataFrame]]) 
             md.append(f"| {r.utd:g} | {r.target_unit} | {r.variant} | {fmt_ci(*r.final)} | {fmt_ci(*r.auc)} | "
                       f"{r.diverged[0]}/{r.n} / {r.diverged[1]}/{r.n} | {_q(r.q_max)} | {r.srank:.0f} | "
                       f"{r.dormant:.2f} | {r.target_updates:.0f} | {r.resets:.0f} |")  # fmt: skip
-        family = contrasts(runs, MARGIN.get(env, float("nan")))
+        family = contrasts(runs, env)
         floor = noise_floor(runs)
         md += ["", "Noise floor (UTD 1, the two units are one configuration, same seeds; difference of IQMs "
                    "[95% CI]): " + "; ".join(f"{f.variant} {f.difference:+.0f} [{f.low:.0f}, {f.high:.0f}]"
@@ -250,6 +285,7 @@ def finding_replay_ratio(studies: dict[str, tuple[pd.DataFrame, pd.DataFrame]]) 
             md += [f"| {r.utd:g} | {r.variant} | {r.at_utd} | {r.at_1} | {r.p:.2g} | {r.p_holm:.2g} | {r.verdict} |"
                    for r in across.itertuples()]  # fmt: skip
             md.append("")
+        md += power_lines(runs) + [""]
         if env == "CartPole-v1":  # finding 5 reads the same curves
             reached = time_to_threshold(runs, hist, 475.0)
             md += ["Env steps to a greedy return of 475 (the first evaluation whose IQM over seeds reaches it; "

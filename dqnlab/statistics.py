@@ -107,6 +107,26 @@ def difference_ci(
     return (point, *_percentiles(stats, confidence))
 
 
+def seeds_for_half_width(pilot_cells: Sequence[Sequence[float]], half_width: float, confidence: float = 0.95,
+                         statistic: Statistic = iqm, reps: int = 20_000, seed: int = 0) -> int:  # fmt: skip
+    """Seeds each cell needs for the ``confidence`` CI of ``statistic`` (one pilot cell) or of the
+    difference of two cells' statistics (two pilot cells) to be no wider than ``+-half_width``: each
+    pilot cell's bootstrap half-width at its pilot seed count ``n_i`` falls as ``1/sqrt(n)``, and the
+    half-widths of independent cells add in quadrature, so ``n = ceil(sum(hw_i^2 n_i) / half_width^2)``.
+    A planning figure: the pilot's spread is itself estimated from few seeds (at least 3 a cell)."""
+    if half_width <= 0:
+        raise ValueError(f"half_width: got {half_width}; allowed: > 0")
+    cells = [np.asarray(c, dtype=np.float64) for c in pilot_cells]
+    cells = [c[np.isfinite(c)] for c in cells]
+    if not cells or any(c.size < 3 for c in cells):
+        raise ValueError(f"pilot_cells: got {[c.size for c in cells]} finite seeds; allowed: 1 or more cells, >= 3 each")
+    total = 0.0
+    for c in cells:
+        _, low, high = stratified_bootstrap_ci([c], statistic, reps, confidence, seed)
+        total += ((high - low) / 2.0) ** 2 * c.size
+    return max(3, math.ceil(total / half_width**2))
+
+
 def _p_improvement(x_by_task: list[np.ndarray], y_by_task: list[np.ndarray]) -> float:
     per_task = []
     for x, y in zip(x_by_task, y_by_task):
@@ -141,19 +161,30 @@ def probability_of_improvement(
 
 
 # --- families of comparisons, equivalence, trends -------------------------------------------------------------
+Draws = Callable[[np.random.Generator, int], np.ndarray]
+"""A contrast's bootstrap: ``reps`` draws of its statistic from a generator. Called again on the same
+generator it gives further draws of the same distribution (how a family adds draws near a threshold)."""
+
+
+def difference_draws(x: Sequence[float], y: Sequence[float], statistic: Statistic = iqm) -> Draws:
+    """Draws of ``statistic(x) - statistic(y)``, x and y resampled independently."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    stat = _rowwise(statistic)
+
+    def draw(rng: np.random.Generator, reps: int) -> np.ndarray:
+        if x.size == y.size:  # x's and y's indices alternate in the stream: one call draws both
+            both = _resample(rng, [x, y], reps)
+            return stat(both[:, : x.size]) - stat(both[:, x.size :])
+        return stat(x[rng.integers(0, x.size, (reps, x.size))]) - stat(y[rng.integers(0, y.size, (reps, y.size))])
+
+    return draw
+
+
 def bootstrap_difference(x: Sequence[float], y: Sequence[float], statistic: Statistic = iqm, reps: int = 2000,
                          seed: int = 0) -> tuple[float, np.ndarray]:  # fmt: skip
     """``statistic(x) - statistic(y)`` and ``reps`` bootstrap draws of it (x and y resampled independently)."""
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    rng = np.random.default_rng(seed)
-    if x.size == y.size:  # x's and y's indices alternate in the stream: one call draws both
-        both = _resample(rng, [x, y], reps)
-        stat = _rowwise(statistic)
-        draws = stat(both[:, : x.size]) - stat(both[:, x.size :])
-    else:
-        draws = np.array([statistic(x[rng.integers(0, x.size, x.size)]) - statistic(y[rng.integers(0, y.size, y.size)])
-                          for _ in range(reps)])  # fmt: skip
-    return statistic(x) - statistic(y), draws
+    return statistic(x) - statistic(y), difference_draws(x, y, statistic)(np.random.default_rng(seed), reps)
 
 
 def bootstrap_p_value(draws: np.ndarray, null: float = 0.0) -> float:
@@ -164,19 +195,36 @@ def bootstrap_p_value(draws: np.ndarray, null: float = 0.0) -> float:
     return float(min(1.0, max(2.0 * tail, 1.0 / draws.size)))
 
 
+def p_value_mc_se(p: float, reps: int) -> float:
+    """The Monte Carlo standard error of a two-sided bootstrap p-value from ``reps`` draws: ``p`` is twice
+    a tail share ``t``, a binomial proportion, so its SE is ``2 sqrt(t (1 - t) / reps)`` (at least that of
+    one draw in the tail: a p at its floor is not known to be 0)."""
+    t = min(max(p / 2.0, 1.0 / reps), 0.5)
+    return float(2.0 * math.sqrt(t * (1.0 - t) / reps))
+
+
+def holm_with_sources(p_values: Sequence[float]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(adjusted, scaled, source)`` of one family: Holm's adjusted p-values (Holm 1979), each contrast's
+    own ``(m - rank) p`` (capped at 1) and, for each contrast, the index of the contrast whose scaled p
+    its adjusted p is (the running maximum's argument: the one whose Monte Carlo error it carries)."""
+    p = np.asarray(p_values, dtype=np.float64)
+    m = p.size
+    order = np.argsort(p, kind="stable")
+    scaled, adjusted, source = np.empty(m), np.empty(m), np.empty(m, dtype=int)
+    best, best_at = -1.0, -1
+    for i, k in enumerate(order):
+        scaled[k] = min(1.0, (m - i) * p[k])
+        if scaled[k] > best:
+            best, best_at = scaled[k], k
+        adjusted[k], source[k] = best, best_at
+    return adjusted, scaled, source
+
+
 def holm(p_values: Sequence[float]) -> np.ndarray:
     """Holm-Bonferroni adjusted p-values (Holm 1979) of one family: the i-th smallest p times ``m - i``
     (``i`` from 0), made monotone and capped at 1. Reject where the adjusted p is below alpha: the
     family-wise error rate is then at most alpha, whatever the dependence between the tests."""
-    p = np.asarray(p_values, dtype=np.float64)
-    m = p.size
-    order = np.argsort(p)
-    adjusted = np.empty(m)
-    running = 0.0
-    for i, k in enumerate(order):
-        running = max(running, min(1.0, (m - i) * p[k]))
-        adjusted[k] = running
-    return adjusted
+    return holm_with_sources(p_values)[0]
 
 
 def fisher_exact(hits_x: int, n_x: int, hits_y: int, n_y: int) -> float:
@@ -215,21 +263,32 @@ def area_under_curve(steps: Sequence[float], values: Sequence[float]) -> float:
     return float(np.sum((v[1:] + v[:-1]) / 2.0 * np.diff(s)) / (s[-1] - s[0]))
 
 
-def trend(xs: Sequence[float], cells: Sequence[Sequence[float]], statistic: Statistic = iqm, reps: int = 2000,
-          seed: int = 0) -> tuple[float, np.ndarray]:  # fmt: skip
-    """The least-squares slope of ``statistic(cell)`` against ``xs`` (one x per cell, e.g. log2 UTD) and
-    ``reps`` bootstrap draws of it (each cell's seeds resampled on their own: cells are never pooled)."""
+def trend_draws(xs: Sequence[float], cells: Sequence[Sequence[float]], statistic: Statistic = iqm) -> Draws:
+    """Draws of the least-squares slope of ``statistic(cell)`` against ``xs`` (each cell's seeds resampled
+    on their own: cells are never pooled)."""
     x = np.asarray(xs, dtype=np.float64)
     groups = [np.asarray(c, dtype=np.float64) for c in cells]
     xc = x - x.mean()
-
-    def slope(points: np.ndarray) -> float:
-        return float(np.sum(xc * (points - points.mean())) / np.sum(xc * xc))
-
-    point = slope(np.array([statistic(g) for g in groups]))
-    drawn = _resample(np.random.default_rng(seed), groups, reps)  # per draw: every cell, in order
     ends = np.cumsum([g.size for g in groups])
     stat = _rowwise(statistic)
-    per_cell = np.stack([stat(drawn[:, end - g.size : end]) for g, end in zip(groups, ends)], axis=1)
-    draws = np.array([slope(row) for row in per_cell])
-    return point, draws
+
+    def draw(rng: np.random.Generator, reps: int) -> np.ndarray:
+        drawn = _resample(rng, groups, reps)  # per draw: every cell, in order
+        per_cell = np.stack([stat(drawn[:, end - g.size : end]) for g, end in zip(groups, ends)], axis=1)
+        centred = per_cell - per_cell.mean(axis=1, keepdims=True)
+        return np.sum(xc * centred, axis=1) / np.sum(xc * xc)
+
+    return draw
+
+
+def trend_slope(xs: Sequence[float], cells: Sequence[Sequence[float]], statistic: Statistic = iqm) -> float:
+    """The least-squares slope of ``statistic(cell)`` against ``xs`` (one x per cell, e.g. log2 UTD)."""
+    xc = np.asarray(xs, dtype=np.float64) - np.mean(xs)
+    points = np.array([statistic(np.asarray(c, dtype=np.float64)) for c in cells])
+    return float(np.sum(xc * (points - points.mean())) / np.sum(xc * xc))
+
+
+def trend(xs: Sequence[float], cells: Sequence[Sequence[float]], statistic: Statistic = iqm, reps: int = 2000,
+          seed: int = 0) -> tuple[float, np.ndarray]:  # fmt: skip
+    """:func:`trend_slope` and ``reps`` bootstrap draws of it (:func:`trend_draws`)."""
+    return trend_slope(xs, cells, statistic), trend_draws(xs, cells, statistic)(np.random.default_rng(seed), reps)

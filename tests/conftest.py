@@ -125,8 +125,9 @@ def leak_guard():
     assert not new_shm, f"shared-memory entries left in /dev/shm: {sorted(new_shm)}"
 
 
-MODULES_IN_ONE_WORKER = ("test_analysis.py", "test_cluster.py", "test_cluster_security.py", "test_ui.py")
-"""Test modules whose tests share a module-scoped server or sweep: each runs whole in one pytest-xdist
+MODULES_IN_ONE_WORKER = ("test_analysis.py", "test_cluster.py", "test_cluster_security.py", "test_ui.py",
+                         "test_findings_page.py")
+"""Test modules whose tests share a module-scoped server, sweep or computation: each runs whole in one pytest-xdist
 worker, so its fixture is made once. Every other test is scheduled on its own."""
 
 

@@ -2,6 +2,7 @@
 follow the Holm-corrected test and the equivalence test, never the raw estimate alone."""
 
 import numpy as np
+import pytest
 
 from analysis.family import Family
 
@@ -13,7 +14,7 @@ def _verdicts(family: Family) -> dict[str, str]:
 def test_verdicts_follow_holm_and_tost_with_the_familys_own_words():
     rng = np.random.default_rng(0)
     base = rng.normal(100, 10, 10)
-    family = Family("returns", margin=50, reps=2000)
+    family = Family("returns", margin=50)
     family.difference("far above", base + 200, base)  # resolved, beyond the margin
     family.difference("far below", base - 200, base)
     family.difference("same seeds", base + rng.normal(0, 1, 10), base)  # tight around 0: equivalent
@@ -37,6 +38,39 @@ def test_holm_takes_back_a_contrast_that_one_test_alone_would_call_resolved():
     for i in range(10):
         many.add(f"x{i}", 2.2, draws)
     assert set(_verdicts(many).values()) == {"inconclusive"}  # 10 x 0.03 > 0.05 after Holm
+
+
+def test_a_contrast_near_a_threshold_is_drawn_until_its_monte_carlo_error_is_small_and_a_far_one_is_not():
+    """The bootstrap is not the noise: a Holm p near alpha gets draws until its Monte Carlo SE is below
+    MC_SE_TARGET (the SE printed beside it); a contrast far from every threshold keeps DRAWS; another
+    generator seed gives the same verdicts."""
+    from analysis.family import DRAWS, MC_SE_TARGET
+    from dqnlab.statistics import p_value_mc_se
+
+    rng = np.random.default_rng(4)
+    base = rng.normal(100, 30, 10)
+    family = Family("returns", margin=5)
+    family.difference("far", base + 300, base)
+    family.difference("near", base + 28, base)  # a Holm p within 3 MC SEs of 0.05 at DRAWS
+    res = {r["contrast"]: r for r in family.results()}
+    assert res["far"]["draws"] == DRAWS
+    near = res["near"]
+    assert 0.04 < near["p_holm"] < 0.06 and near["draws"] > DRAWS and near["mc_se"] < MC_SE_TARGET
+    assert near["mc_se"] == p_value_mc_se(near["p"], near["draws"])
+    again = {r["contrast"]: r["verdict"] for r in family.results(seed=1)}
+    assert again == {c: r["verdict"] for c, r in res.items()}
+    capped = Family("returns", margin=5, max_draws=DRAWS)  # the same contrast, no draws to add
+    capped.difference("near", base + 28, base)
+    (row,) = capped.results()
+    assert row["p_holm"] < 0.05 and not row["settled"]
+    assert row["verdict"] == "inconclusive"  # within 3 MC SEs of alpha: the weaker word, never `better`
+
+
+def test_the_monte_carlo_error_of_a_bootstrap_p_value_is_the_binomial_one_of_its_tail():
+    from dqnlab.statistics import p_value_mc_se
+
+    assert p_value_mc_se(0.05, 50_000) == pytest.approx(2 * np.sqrt(0.025 * 0.975 / 50_000))
+    assert p_value_mc_se(0.0, 1000) == pytest.approx(2 * np.sqrt(0.001 * 0.999 / 1000))  # a p at its floor
 
 
 def test_finding_2b_compares_each_setups_share_gap_and_return_prioritized_against_uniform():

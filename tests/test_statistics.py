@@ -72,10 +72,13 @@ def test_batched_bootstrap_draws_are_the_loop_over_draws_and_groups_number_for_n
     for groups in ([x], [x, y], [x, z]):
         for statistic in (iqm, np.mean, np.median):
             assert stratified_bootstrap_ci(groups, statistic, reps=500)[1:] == loop_ci(groups, statistic)
-    for other in (y, z):
-        r = np.random.default_rng(0)
-        loop = [iqm(x[r.integers(0, 10, 10)]) - iqm(other[r.integers(0, other.size, other.size)]) for _ in range(300)]
-        assert np.array_equal(bootstrap_difference(x, other, reps=300)[1], loop)
+    r = np.random.default_rng(0)
+    loop = [iqm(x[r.integers(0, 10, 10)]) - iqm(y[r.integers(0, 10, 10)]) for _ in range(300)]
+    assert np.array_equal(bootstrap_difference(x, y, reps=300)[1], loop)
+    r = np.random.default_rng(0)  # sides of different sizes: all of x's draws, then all of z's
+    xs, zs = x[r.integers(0, 10, (300, 10))], z[r.integers(0, 7, (300, 7))]
+    loop = [iqm(a) - iqm(b) for a, b in zip(xs, zs)]
+    assert np.array_equal(bootstrap_difference(x, z, reps=300)[1], loop)
     r = np.random.default_rng(0)
     xc = np.array([0.0, 1.0, 2.0]) - 1.0
     cells = [x, y, z]
@@ -84,3 +87,28 @@ def test_batched_bootstrap_draws_are_the_loop_over_draws_and_groups_number_for_n
         points = np.array([iqm(g[r.integers(0, g.size, g.size)]) for g in cells])
         loop.append(np.sum(xc * (points - points.mean())) / np.sum(xc * xc))
     assert np.array_equal(trend([0, 1, 2], cells, reps=200)[1], loop)
+
+
+def test_the_seeds_for_a_half_width_scale_the_pilots_bootstrap_half_width_by_one_over_root_n():
+    """n = ceil(sum(hw_i^2 n_i) / H^2): one cell's pilot half-width at n_i seeds, two cells' in quadrature;
+    and a fresh sample of that many seeds from the pilot's distribution has about that half-width."""
+    import math
+
+    import numpy as np
+    import pytest
+
+    from dqnlab.statistics import bootstrap_ci, seeds_for_half_width
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(200, 60, 10), rng.normal(150, 30, 12)
+    hw = {k: (lambda c: (c[2] - c[1]) / 2)(bootstrap_ci(v, reps=20_000)) for k, v in (("x", x), ("y", y))}
+    assert seeds_for_half_width([x], 25) == math.ceil(hw["x"] ** 2 * 10 / 25**2)
+    assert seeds_for_half_width([x, y], 25) == math.ceil((hw["x"] ** 2 * 10 + hw["y"] ** 2 * 12) / 25**2)
+    n = seeds_for_half_width([x], 25)
+    widths = [(lambda c: (c[2] - c[1]) / 2)(bootstrap_ci(rng.normal(200, 60, n))) for _ in range(20)]
+    assert 15 < float(np.median(widths)) < 35  # the planned +-25, up to the pilot's own sampling error
+    for bad, match in (([[1.0, 2.0]], "pilot_cells"), ([], "pilot_cells")):
+        with pytest.raises(ValueError, match=match):
+            seeds_for_half_width(bad, 25)
+    with pytest.raises(ValueError, match="half_width"):
+        seeds_for_half_width([x], 0)

@@ -368,3 +368,37 @@ def test_a_throughput_study_refuses_replicas_since_they_share_one_measurement(ca
     assert sweep_here("throughput", ["--seeds", "3", "--dry-run"]) == 2
     assert "replicas: got 3 in a throughput study" in capsys.readouterr().err
     assert sweep_here("throughput", ["--axis", "seed=0,1", "--dry-run"]) == 0
+
+
+def test_a_dry_run_plans_each_cells_seeds_for_a_half_width_from_a_pilot_studys_runs(tmp_path, capsys):
+    """``--dry-run --half-width H --pilot STUDY`` reads the pilot's seed runs by grid point (its seed axis
+    or replicas, alike) and prints the seeds each cell needs, as :func:`seeds_for_half_width` gives them
+    from those values; a cell with fewer than 3 pilot seeds says so; a half-width without --dry-run is
+    refused by name."""
+    import json
+
+    import numpy as np
+    from mlflow.tracking import MlflowClient
+
+    from dqnlab.metrics import OBJECTIVE, display_key
+    from dqnlab.statistics import seeds_for_half_width
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.create_experiment("utd", artifact_location=str(tmp_path / "mlartifacts"))
+    rng = np.random.default_rng(0)
+    pilot = {1.0: rng.normal(200, 60, 5), 4.0: rng.normal(150, 20, 2)}  # UTD 4: too few seeds to plan
+    for utd, values in pilot.items():
+        for seed, v in enumerate(values):
+            key = json.dumps({"seed": seed, "target_unit": "updates", "utd": utd})  # a pilot with a seed axis
+            run = client.create_run(exp, tags={"dqnlab.study": "utd-pilot", "grid_point": key})
+            client.log_metric(run.info.run_id, display_key(OBJECTIVE), float(v))
+            client.set_terminated(run.info.run_id)
+    argv = ["--results", str(tmp_path), "--axis", "utd=1,4", "--axis", "target_unit=updates", "--seeds", "8",
+            "--dry-run", "--half-width", "25", "--pilot", "utd-pilot"]  # fmt: skip
+    assert sweep_here("utd", argv) == 0
+    out = capsys.readouterr().out
+    need = seeds_for_half_width([pilot[1.0]], 25)
+    assert f'{{"target_unit": "updates", "utd": 1.0}}: pilot 5 seeds -> {need} seeds' in out
+    assert '{"target_unit": "updates", "utd": 4.0}: pilot has 2 finite seed(s); needs >= 3 to plan' in out
+    assert sweep_here("utd", ["--half-width", "25"]) == 2
+    assert "--half-width: got 25.0; allowed: a number > 0, with --dry-run" in capsys.readouterr().err

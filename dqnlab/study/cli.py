@@ -95,6 +95,10 @@ def build_parser(prog: str, presets: dict[str, Any], default_preset: str) -> arg
     p.add_argument("--heartbeat-s", type=int, default=10, help="Optuna heartbeat interval")
     p.add_argument("--grace-s", type=int, default=30, help="seconds without heartbeat before a trial is stale")
     p.add_argument("--dry-run", action="store_true", help="print the grid and an estimated time; run nothing")
+    p.add_argument("--half-width", type=float, metavar="H", help="with --dry-run: the seeds each cell needs for a 95%% "
+                   "CI of its IQM within +-H, from the runs of --pilot")  # fmt: skip
+    p.add_argument("--pilot", metavar="STUDY", help="the pilot study in the same results/tracking store (default: "
+                   "this study)")  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no progress lines (CI)")
     p.add_argument("--no-report", action="store_true", help="skip the analysis report at the end")
     return p
@@ -141,6 +145,9 @@ def sweep_main(sweep: str, presets: dict[str, Any], default_preset: str, objecti
     except (SweepError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.half_width is not None and (not args.dry_run or not args.half_width > 0):
+        print(f"error: --half-width: got {args.half_width}; allowed: a number > 0, with --dry-run", file=sys.stderr)
+        return 2
     jobs = args.jobs if args.jobs is not None else presets[args.preset].get("jobs", 1)
     points = spec.points()
     if args.dry_run:
@@ -150,6 +157,11 @@ def sweep_main(sweep: str, presets: dict[str, Any], default_preset: str, objecti
             print(f"  {point_key(p)}")
         print(f"base: {spec.base}")
         print(f"estimated time: {total_s / 60:.1f} min with --jobs {jobs} (rough)")
+        if args.half_width is not None:
+            from dqnlab.study.plan import format_plan, pilot_values, seed_plan
+
+            pilot = pilot_values(loc.tracking_uri, spec.sweep, args.pilot or spec.study_name)
+            print(format_plan(seed_plan(spec, pilot, args.half_width), args.half_width, jobs))
         return 0
     from dqnlab.tracking.mlflow_runs import TrackingError
 
