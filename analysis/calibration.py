@@ -22,7 +22,7 @@ import pandas as pd
 import seaborn as sns
 
 from analysis.curves import auc_of, curve_cells, final_metric, soft_divergence_counts
-from analysis.findings_common import Finding, fmt_ci
+from analysis.findings_common import DataFinding, Finding, StudyReader, fmt_ci
 from dqnlab import metrics as M
 from dqnlab.statistics import bootstrap_ci, iqm
 
@@ -139,3 +139,11 @@ def _q(value: float) -> str:
 
 
 __all__ = ["PUBLISHED", "finding_calibration", "iqm"]
+
+
+def from_data(read: StudyReader) -> Finding | None:
+    present = read(ORDER)
+    return finding_calibration(present) if present else None
+
+
+FINDING = DataFinding("0. Calibration", ORDER, from_data)

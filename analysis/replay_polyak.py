@@ -36,7 +36,7 @@ from matplotlib.ticker import NullLocator
 
 from analysis.curves import soft_divergence_counts
 from analysis.family import Family
-from analysis.findings_common import Finding, fmt_ci
+from analysis.findings_common import DataFinding, Finding, StudyReader, fmt_ci
 from analysis.replay_ratio import MARGIN, REPS, UNITS, _holm_verdicts, _q, _returns, cell_rows
 from dqnlab.statistics import bootstrap_difference, fisher_exact, trend_draws, trend_slope
 
@@ -178,3 +178,17 @@ def _figure(cells_by_env: dict[str, pd.DataFrame]) -> plt.Figure:
                  "finding 4's hard copy (plain DQN, 10 seeds a cell)")  # fmt: skip
     fig.tight_layout()
     return fig
+
+
+def from_data(read: StudyReader) -> Finding | None:
+    """Finding 4d, beside finding 4's cells of the same env (its full study, or its parts)."""
+    from analysis.replay_ratio import STUDIES as HARD_STUDIES
+    from analysis.replay_ratio import replay_ratio_by_env
+
+    present = read(STUDY_ENV)
+    hard = replay_ratio_by_env(read(HARD_STUDIES))
+    studies = {STUDY_ENV[s]: (v, hard[STUDY_ENV[s]]) for s, v in present.items() if STUDY_ENV[s] in hard}
+    return finding_replay_polyak(studies) if studies else None
+
+
+FINDING = DataFinding("4d. Polyak target", list(STUDY_ENV), from_data)

@@ -43,7 +43,7 @@ import pandas as pd
 
 from analysis.curves import auc_of, final_metric, soft_divergence_counts
 from analysis.family import Family
-from analysis.findings_common import Finding, fmt_ci
+from analysis.findings_common import DataFinding, Finding, Studies, StudyReader, fmt_ci, stacked
 from dqnlab import metrics as M
 from dqnlab.statistics import (
     bootstrap_ci,
@@ -334,3 +334,40 @@ def _draw(axrow, cells: pd.DataFrame, env: str) -> None:
         ax.set_xticks([0.25, 1, 4, 16], ["0.25", "1", "4", "16"])
         ax.minorticks_off()
         ax.set(xlabel="UTD (updates per env step)", ylabel=ylabel, title=env)
+
+
+VARIANT_NAMES = ("plain", "layernorm", "head_reset")
+"""Finding 4's variants, as the sweep's ``--axis variant=`` names them."""
+ENV_OF = {"replay_ratio-cartpole": "CartPole-v1", "replay_ratio-acrobot": "Acrobot-v1",
+          "replay_ratio-cartpole-plain": "CartPole-v1", "replay_ratio-cartpole-mitigations": "CartPole-v1",
+          **{f"replay_ratio-cartpole-{v}-utd16": "CartPole-v1" for v in VARIANT_NAMES},
+          "replay_ratio-acrobot-plain": "Acrobot-v1", "replay_ratio-acrobot-mitigations": "Acrobot-v1",
+          **{f"replay_ratio-acrobot-{v}-utd16": "Acrobot-v1" for v in VARIANT_NAMES}}  # fmt: skip
+"""Each replay-ratio study's env. ``replay_ratio-cartpole-plain``, ``-mitigations``, ``-<variant>-utd16`` and
+``replay_ratio-acrobot-plain``, ``-mitigations``, ``-<variant>-utd16`` are parts of a preset's grid run
+as studies of their own (``--axis``; the same config and seeds per cell), read together only while the
+env's full study is absent."""
+FULL_STUDY = {"CartPole-v1": "replay_ratio-cartpole", "Acrobot-v1": "replay_ratio-acrobot"}
+STUDIES = ["replay_ratio-cartpole", "replay_ratio-cartpole-plain", "replay_ratio-cartpole-mitigations",
+           "replay_ratio-cartpole-plain-utd16", "replay_ratio-cartpole-layernorm-utd16",
+           "replay_ratio-cartpole-head_reset-utd16", "replay_ratio-acrobot", "replay_ratio-acrobot-plain",
+           "replay_ratio-acrobot-mitigations", *(f"replay_ratio-acrobot-{v}-utd16" for v in VARIANT_NAMES)]  # fmt: skip
+
+
+def replay_ratio_by_env(present: Studies) -> Studies:
+    """Finding 4's studies (name -> (runs, hist)) as env id -> (runs, hist): an env's full study where
+    present, else its parts (:data:`ENV_OF`) together."""
+    by_env: Studies = {}
+    for env in dict.fromkeys(ENV_OF[s] for s in present):
+        parts = [present[FULL_STUDY[env]]] if FULL_STUDY[env] in present else \
+            [v for s, v in present.items() if ENV_OF[s] == env]  # fmt: skip
+        by_env[env] = stacked(dict(enumerate(parts)))
+    return by_env
+
+
+def from_data(read: StudyReader) -> Finding | None:
+    present = read(STUDIES)
+    return finding_replay_ratio(replay_ratio_by_env(present)) if present else None
+
+
+FINDING = DataFinding("4. Replay ratio", STUDIES, from_data)

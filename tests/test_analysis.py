@@ -419,12 +419,15 @@ def test_divergence_across_utd_holds_the_copy_rate_and_counts_each_cell_once():
 
 def test_calibration_verdict_says_which_test_of_the_criterion_passed():
     """Calibrated by the published mean inside our CI of the mean, or only by the weaker std overlap (which
-    the page must not present as the stronger test), else not reproduced with the gap."""
+    the page must not present as the stronger test), and only with our mean within the margin of the
+    published one; else not reproduced with the gap."""
     from analysis.calibration import Published, verdict
 
     pub = Published("x", "greedy", 500.0, 0.0, "test")
     at_500 = np.array([480.0, 490, 500, 500, 500, 510, 495, 505, 500, 520])
     assert verdict(at_500, pub).startswith("calibrated (published mean inside our mean's CI")
-    spread = np.array([500.0] * 5 + [98, 150, 195, 250, 300])  # half at 500: mean 349, std 157, CI below 500
-    assert verdict(spread, pub).startswith("calibrated, ± std overlap only")
+    near = np.array([500.0] * 6 + [420] * 4)  # mean 468 (within ±50), std 41, CI below 500: only the overlap
+    assert verdict(near, pub).startswith("calibrated, ± std overlap only")
+    spread = np.array([500.0] * 5 + [98, 150, 195, 250, 300])  # mean 349: beyond the margin, whatever the std
+    assert verdict(spread, pub).startswith("not reproduced (-151, beyond ±50")
     assert verdict(np.array([9.0, 9.5, 10, 9.2]), pub).startswith("not reproduced (-491")

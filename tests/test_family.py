@@ -82,7 +82,7 @@ def test_finding_2b_compares_each_setups_share_gap_and_return_prioritized_agains
     matplotlib.use("Agg")
     import pandas as pd
 
-    from analysis.findings import finding_workers_prioritized
+    from analysis.workers import finding_workers_prioritized
     from dqnlab import metrics as M
 
     rng = np.random.default_rng(0)
@@ -121,7 +121,7 @@ def test_finding_4c_compares_prioritized_with_uniform_at_the_same_utd_in_returns
     matplotlib.use("Agg")
     import pandas as pd
 
-    from analysis.findings import finding_replay_prioritized
+    from analysis.replay_variants import finding_replay_prioritized
     from dqnlab import metrics as M
 
     rng = np.random.default_rng(1)
@@ -150,7 +150,7 @@ def test_an_aa_comparison_pairs_only_runs_with_the_same_configuration_and_seeds(
     a run differing in one field (or a seed set that differs) is not its A/A partner."""
     import pandas as pd
 
-    from analysis.findings import same_config_runs
+    from analysis.findings_common import same_config_runs
     from dqnlab.config import Config
 
     def runs(seeds, **fields):
