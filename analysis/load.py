@@ -25,7 +25,8 @@ import pandas as pd  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 from analysis.stats import collapse_label, final_return  # noqa: E402
-from dqnlab.config import Config, field_types, text_parser  # noqa: E402
+from dqnlab.config import Config  # noqa: E402
+from dqnlab.config_text import field_types, text_parser  # noqa: E402
 from dqnlab.metrics import ENV_STEPS, UPDATES  # noqa: E402
 from dqnlab.tracking.mlflow_runs import CONFIG_ARTIFACT, HISTORY_ARTIFACT  # noqa: E402
 
@@ -72,7 +73,7 @@ def run_outcome(mlflow_status: str, status: str | None) -> str:
 def typed_config(config_json: dict | None, params: dict[str, str]) -> dict:
     """Every config field, typed as :class:`~dqnlab.config.Config` types it (tuples as tuples): from the
     run's ``config.json``, else (runs from before it was written at creation) its string params read by
-    the command line's own parser (:func:`dqnlab.config.text_parser`). Fields a run does not name keep
+    the command line's own parser (:func:`dqnlab.config_text.text_parser`). Fields a run does not name keep
     their defaults."""
     if config_json is None:
         types_ = field_types()

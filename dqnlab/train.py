@@ -11,7 +11,8 @@ import argparse
 import json
 import sys
 
-from dqnlab.config import Config, ConfigError, field_docs, field_types, text_parser
+from dqnlab.config import Config, ConfigError
+from dqnlab.config_text import field_docs, field_types, text_parser
 from dqnlab.tracking.console import ConsoleProgress
 
 ALIASES = {"env_id": ["--env"], "num_workers": ["--workers"], "total_env_steps": ["--total-steps"]}

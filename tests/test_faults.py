@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 from procs import pids_with
 
-from dqnlab.config import Config, field_types
+from dqnlab.config import Config
+from dqnlab.config_text import field_types
 from dqnlab.engine import RunFailed, train
 from dqnlab.services.processes import mlflow_server_command, spawn, stop_group, wait_http
 from dqnlab.services.state import free_port

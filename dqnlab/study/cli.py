@@ -9,7 +9,8 @@ import os
 import sys
 from typing import Any, get_origin
 
-from dqnlab.config import ConfigError, field_types, text_parser
+from dqnlab.config import ConfigError
+from dqnlab.config_text import field_types, text_parser
 from dqnlab.signals import sigterm_as_interrupt
 from dqnlab.study.runner import run_sweep
 from dqnlab.study.spec import VARIANT, SweepError, SweepSpec, estimate_trial_s, point_key, validate_spec

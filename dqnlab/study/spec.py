@@ -11,7 +11,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from dqnlab.config import Config, field_types
+from dqnlab.config import Config
+from dqnlab.config_text import field_types
 from dqnlab.objective import OBJECTIVES
 
 
