@@ -162,6 +162,8 @@ def worker_loop(args: WorkerArgs, report=None) -> None:
             outcome = run_trial(TrialRequest(config, True, gym.spec(config.env.env_id)), [tracker, progress])
         except KeyboardInterrupt:
             outcome = TrialOutcome(Outcome.INTERRUPTED, None, "interrupted (SIGINT/SIGTERM)")
+            if tracker is None:  # cut short while its runs were created: one may exist whose id never came back
+                run_ids += [r for r in created_runs(trial.number) if r not in run_ids]
         except TrackingError as exc:  # the trial's runs could not be created
             outcome = TrialOutcome(Outcome.TRACKING, None, str(exc), exc)
         finally:
@@ -198,6 +200,15 @@ def worker_loop(args: WorkerArgs, report=None) -> None:
             ))  # fmt: skip
             trial.set_user_attr("mlflow_run_ids", list(run_ids))
         return _runs(run_ids)
+
+    def created_runs(number: int) -> list[str]:
+        """The ids of this trial's runs the store holds RUNNING ([] if the store cannot say)."""
+        query = (f"tags.trial_number = '{number}' and tags.`dqnlab.study` = '{spec.study_name}' "
+                 "and attributes.status = 'RUNNING'")  # fmt: skip
+        try:
+            return [r.info.run_id for r in client.search_runs([args.experiment_id], query)]
+        except Exception:  # the store failed: the next sweep marks such a run killed
+            return []
 
     def _runs(run_ids: list[str]) -> ReplicaRuns | None:
         return ReplicaRuns([MlflowRunTracker(client, r, params_logged=True) for r in run_ids]) if run_ids else None
