@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from browser import chromium, page_text, screenshot
 from conftest import _held_by_others, _shm_entries
+from stores import wait_for_open_trial_runs
 
 from dqnlab import metrics as M
 from dqnlab.services.postgres import find_pg_bin, start_postgres, stop_postgres
@@ -209,21 +210,6 @@ def test_mlflow_ui_shows_the_experiment_and_its_runs_in_chromium(study_done, tmp
             shutil.copy(shot, Path(keep) / name)
 
 
-def _wait_for_open_trial_run(tracking_uri: str, proc: subprocess.Popen, limit_s: float = 120) -> None:
-    """Until the sweep ``proc`` has a trial run open in MLflow (``limit_s``: a hang detector)."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri)
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline and proc.poll() is None:
-        exp = client.get_experiment_by_name("utd")
-        query = "attributes.status = 'RUNNING' and tags.`dqnlab.role` = 'trial'"
-        if exp and client.search_runs([exp.experiment_id], query):
-            return
-        time.sleep(0.2)
-    raise AssertionError("the sweep never opened a trial run")
-
-
 def _restart_postgres(state) -> None:
     """The restarted server belongs to the module's cluster, not to the test: it must not carry the
     test's leak-guard tag (the guard would take it for a leak)."""
@@ -256,7 +242,7 @@ def test_postgres_going_away_mid_sweep_stops_it_and_a_rerun_resumes(cluster, tmp
             except KeyError:  # not created yet
                 pass
             time.sleep(0.5)
-        _wait_for_open_trial_run(cluster.tracking_uri, proc)  # MLflow has the trial's run: the database goes next
+        wait_for_open_trial_runs(cluster.tracking_uri, "utd", proc)  # MLflow has the trial's run: the database goes next
         stop_postgres(cluster)
         start = time.monotonic()
         out, _ = proc.communicate(timeout=120)

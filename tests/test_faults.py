@@ -19,6 +19,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from procs import pids_with
+from stores import wait_for_open_trial_runs
 
 from dqnlab.config import Config
 from dqnlab.config_text import field_types
@@ -114,26 +115,6 @@ def _gone(pids, limit_s: float = 120.0) -> bool:
     return True
 
 
-def _wait_for_running_mlflow_run(tracking_uri: str, experiment: str, proc: subprocess.Popen,
-                                 timeout_s: float = 120) -> None:  # fmt: skip
-    """Until a trial of the sweep ``proc`` has its MLflow run open (the run a signal must close as KILLED
-    or a dead store leaves open); ``timeout_s`` is a hang detector."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            exp = client.get_experiment_by_name(experiment)
-            query = "attributes.status = 'RUNNING' and tags.`dqnlab.role` = 'trial'"
-            if exp and client.search_runs([exp.experiment_id], query):
-                return
-        except Exception:  # the store is being created by the sweep
-            pass
-        time.sleep(0.2)
-    raise AssertionError("no trial run was opened")
-
-
 def _wait_for_running_trial(results: Path, proc: subprocess.Popen, timeout_s: float = 120) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and proc.poll() is None:
@@ -153,7 +134,7 @@ def test_ctrl_c_to_a_sweep_marks_the_trial_and_a_rerun_completes_the_grid(tmp_pa
             str(tmp_path), "--axis", "utd=1", "--total-steps", "5000"]  # fmt: skip
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _wait_for_running_trial(tmp_path, proc)
-    _wait_for_running_mlflow_run(f"sqlite:///{tmp_path / 'mlflow.db'}", "utd", proc)
+    wait_for_open_trial_runs(f"sqlite:///{tmp_path / 'mlflow.db'}", "utd", proc, results=tmp_path)
     proc.send_signal(sig)
     start = time.monotonic()
     _, err = proc.communicate(timeout=120)
@@ -216,7 +197,7 @@ def test_tracking_server_dying_mid_sweep_fails_the_trial_with_the_reason_and_a_r
     try:
         proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         _wait_for_running_trial(results, proc)
-        _wait_for_running_mlflow_run(f"http://127.0.0.1:{port}", "utd", proc)
+        wait_for_open_trial_runs(f"http://127.0.0.1:{port}", "utd", proc)
         stop_group(pid)  # the store goes away mid-trial
         start = time.monotonic()
         _, err = proc.communicate(timeout=300)  # a hang detector
@@ -272,7 +253,7 @@ def test_sigterm_to_a_multi_process_sweep_stops_every_process_and_a_rerun_comple
             "--results", str(tmp_path), "--axis", "utd=1,2", "--total-steps", "6000", "--jobs", "2"]  # fmt: skip
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _wait_for_running_trial(tmp_path, proc)
-    _wait_for_running_mlflow_run(f"sqlite:///{tmp_path / 'mlflow.db'}", "utd", proc)
+    wait_for_open_trial_runs(f"sqlite:///{tmp_path / 'mlflow.db'}", "utd", proc, results=tmp_path)
     proc.send_signal(signal.SIGTERM)
     start = time.monotonic()
     _, err = proc.communicate(timeout=120)  # a hang detector

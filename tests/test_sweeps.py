@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from procs import pids_with
+from stores import wait_for_open_trial_runs
 
 from dqnlab import metrics as M
 
@@ -157,29 +158,12 @@ def test_seeds_are_replicas_one_child_run_per_seed_and_one_row_per_seed_in_analy
     assert len(table) == 6 and table.groupby("utd")["seed"].apply(sorted).tolist() == [[0, 1, 2], [0, 1, 2]]
 
 
-def _wait_for_open_trial_runs(results: Path, proc: subprocess.Popen, count: int, timeout_s: float = 120) -> None:
-    """Until the sweep ``proc`` has ``count`` trial runs open in MLflow (``timeout_s``: a hang detector)."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(f"sqlite:///{results / 'mlflow.db'}")
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            exp = client.get_experiment_by_name("utd")
-            query = "attributes.status = 'RUNNING' and tags.`dqnlab.role` = 'trial'"
-            if exp and len(client.search_runs([exp.experiment_id], query)) >= count:
-                return
-        except Exception:  # the store is being created by the sweep
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"the sweep never had {count} trial runs open")
-
-
 def test_sigkill_mid_trial_then_rerun_completes_every_point_exactly_once(tmp_path):
     slow = ["--axis", "utd=1,2", "--total-steps", "6000", "--heartbeat-s", "1", "--grace-s", "2", "--seeds", "2"]
     proc = subprocess.Popen([*UTD, *TINY, "--results", str(tmp_path), *slow], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    _wait_for_open_trial_runs(tmp_path, proc, 2)  # inside the trial: both seeds' MLflow runs are open
+    # inside the trial: both seeds' MLflow runs are open
+    wait_for_open_trial_runs(f"sqlite:///{tmp_path / 'mlflow.db'}", "utd", proc, 2, results=tmp_path)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(10)
     time.sleep(3.5)  # past the grace period (a heartbeat stops when its process dies): the trial is stale
