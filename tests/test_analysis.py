@@ -358,18 +358,22 @@ def test_findings_come_from_the_exported_data_and_the_check_catches_a_number_typ
                              ("replay_ratio-cartpole", "replay_ratio-prioritized-utd1_4"),
                              ("replay_ratio-cartpole", "replay_ratio-polyak")):  # fmt: skip
             shutil.copy(data / f"{source}.{suffix}.csv.gz", data / f"{name}.{suffix}.csv.gz")
-    page = tmp_path / "findings.md"
-    page.write_text("# Findings\n" + "".join(f"\n{findings.BEGIN.format(n)}\nstale\n{findings.END.format(n)}\n"
-                                             for n in findings.DATA_FINDINGS))  # fmt: skip
+    page, appendix = tmp_path / "findings.md", tmp_path / "findings" / "replay.md"  # a block lives on one of them
+    in_appendix = ("replay_ratio", "target_period", "replay_prioritized", "replay_polyak")
+    appendix.parent.mkdir()
+    for path, names in ((page, [n for n in findings.DATA_FINDINGS if n not in in_appendix]), (appendix, in_appendix)):
+        path.write_text("# Findings\n" + "".join(f"\n{findings.BEGIN.format(n)}\nstale\n{findings.END.format(n)}\n"
+                                                 for n in names))  # fmt: skip
     args = ["--data", str(data), "--page", str(page), "--out", str(tmp_path)]
     assert findings.main([*args, "--check"]) == 1  # the page does not hold what the data gives
     assert findings.main(args) == 0
+    assert "\nstale\n" not in appendix.read_text()  # the appendix's blocks written too
     text = page.read_text()
     assert text.count("\nstale\n") == 1  # calibration: no data here, its block is left as it was
     assert findings.main([*args, "--check"]) == 1  # ... and a block without its data fails the check
     begin, end = findings.BEGIN.format("calibration"), findings.END.format("calibration")
-    text = text[: text.index(begin)] + text[text.index(end) + len(end) :]
-    page.write_text(text)
+    page.write_text(text[: text.index(begin)] + text[text.index(end) + len(end) :])
+    text = page.read_text() + appendix.read_text()
     for header in ("| UTD | target in | variant |", "| cell | writers |", "| workers | buffer |", "| collection |",
                    "| UTD | period 256 env steps", "| workers | replay |", "| UTD | replay | seeds |",
                    "| UTD | target | unit |"):
@@ -379,8 +383,12 @@ def test_findings_come_from_the_exported_data_and_the_check_catches_a_number_typ
                  "replay_prioritized", "replay_polyak"):
         assert (tmp_path / f"finding_{name}.png").stat().st_size > 20_000
     assert findings.main([*args, "--check"]) == 0
-    page.write_text(text.replace("| 1 | updates | plain | ", "| 1 | updates | plain | 1", 1))  # a hand edit
+    kept = appendix.read_text()
+    appendix.write_text(kept.replace("| 1 | updates | plain | ", "| 1 | updates | plain | 1", 1))  # a hand edit
     assert findings.main([*args, "--check"]) == 1
+    appendix.write_text(kept + "\n" + findings.BEGIN.format("writers") + "\n" + findings.END.format("writers") + "\n")
+    with pytest.raises(ValueError, match="'writers' is on 2 pages"):  # a block lives on exactly one page
+        findings.main([*args, "--check"])
     single = [line for line in text.splitlines() if "| single |" in line]
     assert single and all("0.000 [0.000, 0.000]" in line for line in single), single  # the single learner loses nothing
     assert all(line.split("|")[10].strip() == line.split("|")[3].strip() + "/" + line.split("|")[3].strip()
