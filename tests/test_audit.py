@@ -11,7 +11,7 @@ from small import small_config
 
 from dqnlab import metrics as M
 from dqnlab.audit import Audit, report
-from dqnlab.audit.recorder import LAG, read_events
+from dqnlab.audit.events import LAG, read_events
 from dqnlab.audit.report import Lineage
 from dqnlab.audit.tags import lag, pack, version_of, worker_of
 from dqnlab.engine import train
@@ -168,7 +168,7 @@ def test_sampled_counts_and_lags_are_exact_across_pending_folds_and_oversized_ba
 def test_draws_per_worker_are_exact_for_one_worker_two_or_many(tmp_path, workers):
     """The fold counts one worker by its min and max and several with spread counters: each worker's draws
     equal numpy's bincount of the tags, across folds and for batch sizes that are not multiples of 8."""
-    from dqnlab.audit.recorder import SAMPLED, read_events
+    from dqnlab.audit.events import SAMPLED, read_events
 
     rng = np.random.default_rng(len(workers))
     audit = Audit(tmp_path)
@@ -283,7 +283,7 @@ def test_an_audit_handed_to_spawned_and_forked_processes_counts_each_transition_
 def test_sampled_takes_any_array_like_of_tags_and_counts_it_as_the_int64_vector(tmp_path):
     """The int64 vector is copied by the buffer protocol; anything else (a list, another integer dtype,
     byte order, a column, a strided view) takes the general path: the same draws and lags either way."""
-    from dqnlab.audit.recorder import SAMPLED, read_events
+    from dqnlab.audit.events import SAMPLED, read_events
 
     rng = np.random.default_rng(4)
     batches = [pack(rng.integers(0, 3, 96), rng.integers(0, 50, 96)) for _ in range(8)]
@@ -321,7 +321,7 @@ def test_one_learners_updates_are_counted_and_a_writers_first_read_orders_the_re
     points (no record per update); its first ``synced``/``wrote`` records the count so far and each later
     update gets its own record. The report adds both kinds: the totals, the TD loss mean and the lineage
     are the same as with a record per update."""
-    from dqnlab.audit.recorder import SYNC, UPDATE, UPDATES, WRITE, read_events
+    from dqnlab.audit.events import SYNC, UPDATE, UPDATES, WRITE, read_events
 
     learner = Audit(tmp_path / "learner", diag_every_updates=100, flush_every_s=1e9)  # no clock flush between log points
     for i in range(1000):
@@ -356,7 +356,7 @@ def test_several_writers_of_one_process_keep_their_own_counts_and_log_points(tmp
     """Counted updates of writers that take turns in one process (the recorder keeps the current writer's
     count apart): each writer's running total and the report's sum are exact, with a record at each of a
     writer's own log points."""
-    from dqnlab.audit.recorder import UPDATES, read_events
+    from dqnlab.audit.events import UPDATES, read_events
 
     audit = Audit(tmp_path, diag_every_updates=10)
     rng = np.random.default_rng(5)

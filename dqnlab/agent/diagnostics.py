@@ -119,3 +119,19 @@ def overestimation(q_greedy: np.ndarray, rewards: np.ndarray, gamma: float, boot
     Pass ``bootstrap=0`` for a terminated episode."""
     g = discounted_returns(rewards, gamma, bootstrap)
     return float(np.mean(np.asarray(q_greedy, dtype=np.float64) - g))
+
+
+def batch_statistics(q, features=None) -> dict[str, float]:
+    """Q-value statistics of one batch, ``q`` (N, A): mean, max, min, 5/50/95% quantiles, max |Q|; with
+    the penultimate layer's ``features`` (N, d) also its srank and dormant fractions (tau 0 and 0.1).
+    Keys are the audit's diagnostic names (:data:`dqnlab.audit.events.DIAG_NAMES`)."""
+    q = np.asarray(q, dtype=np.float64)
+    values = {"q_mean": q.mean(), "q_max": q.max(), "q_min": q.min(), "q_abs_max_current": np.abs(q).max()}
+    values.update(zip(("q_p05", "q_p50", "q_p95"), np.quantile(q, [0.05, 0.5, 0.95])))
+    if features is not None:
+        phi = np.asarray(features, dtype=np.float64)
+        values["srank_current"] = srank(phi)
+        fractions = dormant_fractions([phi])
+        values["dormant_frac_tau0_current"] = fractions["dormant_frac_tau0"]
+        values["dormant_frac_tau0.1_current"] = fractions["dormant_frac_tau0.1"]
+    return {name: float(v) for name, v in values.items()}

@@ -12,7 +12,8 @@ See :class:`Audit` for the rest (several writers, the buffer's resident share, t
 :mod:`dqnlab.audit.sb3` for Stable-Baselines3's DQN.
 """
 
-from dqnlab.audit.recorder import Audit, read_events
+from dqnlab.audit.events import read_events
+from dqnlab.audit.recorder import Audit
 from dqnlab.audit.report import AuditReport, report
 
 __all__ = ["Audit", "AuditReport", "read_events", "report"]

@@ -28,36 +28,27 @@ from pathlib import Path
 
 import numpy as np
 
-from dqnlab.audit.tags import MAX_WORKERS, VERSION_BITS, VERSION_MASK, VERSION_MOD, pack, worker_of
+from dqnlab.audit.events import (
+    CONFIG,
+    DIAG,
+    DIAG_NAMES,
+    LAG,
+    LOSS,
+    PRODUCED,
+    RESIDENT,
+    REWARD,
+    SAMPLED,
+    SUBSAMPLED,
+    SYNC,
+    UPDATE,
+    UPDATES,
+    WRITE,
+    WRITE_BEGIN,
+    WRITE_END,
+)
+from dqnlab.audit.folding import Lags, count_sampled, fold
+from dqnlab.audit.tags import MAX_WORKERS, VERSION_BITS, VERSION_MOD, pack, worker_of
 
-EVENT = np.dtype([("t", "f8"), ("kind", "i4"), ("who", "i4"), ("a", "f8"), ("b", "f8"), ("c", "f8")])
-"""One event as :func:`read_events` returns it: its time, kind, the worker or writer it concerns, and up
-to three numbers."""
-RECORD = np.dtype([(name, "f8") for name in EVENT.names])
-"""One event as written: six float64 (kind and who are small integers, exact as floats). A flat list of
-floats turns into these records ~5x faster than a list of tuples into :data:`EVENT`."""
-# kinds; for each: who, a, b, c
-PRODUCED = 1  # worker; env steps it produced (cumulative, this process); episodes it finished (cumulative)
-SAMPLED = 2  # worker; batch elements drawn from it (cumulative, this process)
-LAG = 3  # -1; sum of policy lags (cumulative); max lag (so far); batch elements (cumulative)
-RESIDENT = 4  # worker; its transitions resident in the buffer now (a snapshot from one call)
-UPDATE = 5  # writer; its updates (cumulative, this process); TD loss of this update (NaN if not given); 1 at a
-# log point (its snapshot of the counts just before it), else NaN: one update, recorded in its order among the
-# reads and writes (a process that has read or written the parameters)
-SYNC = 6  # writer: its copy took the shared parameters
-WRITE = 7  # writer: its whole copy replaced the shared parameters (last writer wins)
-WRITE_BEGIN = 8  # writer: a write into the shared parameters starts (in place: hogwild, pushed gradients)
-WRITE_END = 9  # writer: it ends
-DIAG = 10  # diagnostic id (DIAG_NAMES); its value
-CONFIG = 11  # -1; gamma; reward bound (NaN: from the rewards); learning starts (env steps)
-REWARD = 12  # -1; largest |reward| seen by this process so far
-SUBSAMPLED = 13  # -1; the fraction of sampled batches counted; batches counted (cumulative, this process; NaN
-# in the first record): written only when the fraction is below 1
-UPDATES = 14  # writer; its updates (cumulative, this process): the ones since its previous UPDATE(S), counted
-# (a process that has not read or written the parameters: one learner whose order among writes does not matter)
-LOSS = 15  # -1; sum of the TD losses given since the previous LOSS record of this process; their number
-DIAG_NAMES = ("q_mean", "q_max", "q_min", "q_p05", "q_p50", "q_p95", "q_abs_max_current", "srank_current",
-              "dormant_frac_tau0_current", "dormant_frac_tau0.1_current")  # fmt: skip
 BLOCK = 4096
 _NAN = math.nan
 PENDING = 32768
@@ -65,8 +56,6 @@ PENDING = 32768
 updates by default, or every 256 batches)."""
 _BASES = [w << VERSION_BITS for w in range(MAX_WORKERS)]
 """Worker w's tag for version 0 (its tags are ``_BASES[w] + version``)."""
-_LANES = np.arange(PENDING, dtype=np.int64) & 7
-"""Element i's lane, ``i % 8`` (:meth:`Audit._count_workers`)."""
 _LIVE: weakref.WeakSet = weakref.WeakSet()
 """Every Audit of this process: in a forked child each reopens at once (``os.register_at_fork``), with
 its own file and counters from zero, so no call checks which process it runs in."""
@@ -277,7 +266,7 @@ class Audit:
             self._fold()
             start, end = 0, tags.size
             if end > PENDING:  # a batch larger than the pending array: counted at once
-                self._count_sampled(tags, np.full(end, int(version), dtype=np.int64))
+                self._add_lags(count_sampled(tags, np.full(end, int(version), dtype=np.int64), self._sampled))
                 self._batches += 1
                 return
         if end > start:
@@ -291,64 +280,16 @@ class Audit:
         n = self._pending_n
         if not n:
             return
-        tags = self._pending[:n]
-        ends = np.array(self._pending_ends, dtype=np.int64)
-        sizes = np.diff(ends, prepend=0)
-        starts = ends - sizes
-        learner = np.array(self._pending_versions, dtype=np.int64) & VERSION_MASK
-        # each batch's smallest and largest tag: with one worker, its oldest and newest acting version
-        oldest, newest = np.minimum.reduceat(tags, starts), np.maximum.reduceat(tags, starts)
-        worker = int(oldest.min()) >> VERSION_BITS
-        if int(newest.max()) >> VERSION_BITS == worker:  # one worker: every tag is base + version (read-only)
-            self._sampled[worker] += n
-            base = worker << VERSION_BITS
-            acting_sum = int(tags.sum()) - n * base
-            oldest -= base
-            newest -= base
-        else:
-            scratch = self._scratch[:n]  # reused: a fold allocates no array of the pending size
-            self._count_workers(np.right_shift(tags, VERSION_BITS, out=scratch))
-            acting = np.bitwise_and(tags, VERSION_MASK, out=scratch)
-            oldest, newest = np.minimum.reduceat(acting, starts), np.maximum.reduceat(acting, starts)
-            acting_sum = int(acting.sum())
-        if (newest <= learner).all():  # no version wrapped (2^28): lag = learner - acting, summed per batch
-            self._lag_sum += int(sizes @ learner) - acting_sum
-            self._lag_max = max(self._lag_max, int((learner - oldest).max()))
-            self._lag_n += n
-        else:
-            self._count_lags(tags, np.repeat(learner, sizes))
+        self._add_lags(fold(self._pending[:n], self._pending_ends, self._pending_versions, self._sampled,
+                            self._scratch[:n]))  # fmt: skip
         self._pending_n = 0
         self._batches += len(self._pending_ends)
         self._pending_ends, self._pending_versions = [], []
 
-    def _count_workers(self, workers: np.ndarray) -> None:
-        """Add each worker's draws (``workers``: the worker of each drawn transition; overwritten).
-
-        ``np.bincount`` adds one to one counter per element, so with one or two workers each addition
-        waits for the previous one to the same counter (~5 ns an element, 80 us a fold of 16k): one
-        worker is counted by its min and max, several by spreading each worker's count over 8 counters
-        (element i adds to counter ``8 * worker + i % 8``) and summing them."""
-        lo, hi = int(workers.min()), int(workers.max())
-        if lo == hi:
-            self._sampled[lo] += workers.size
-            return
-        np.left_shift(workers, 3, out=workers)
-        np.bitwise_or(workers, _LANES[: workers.size], out=workers)
-        counts = np.bincount(workers, minlength=8 * (hi + 1)).reshape(-1, 8).sum(axis=1)
-        self._sampled[: hi + 1] += counts
-
-    def _count_sampled(self, tags: np.ndarray, versions: np.ndarray) -> None:
-        """Add drawn transitions (their tags, and the learner version each was drawn for) to the per-worker
-        draws and the policy lags."""
-        workers = tags >> VERSION_BITS
-        self._sampled[: int(workers.max()) + 1] += np.bincount(workers)
-        self._count_lags(tags, versions)
-
-    def _count_lags(self, tags: np.ndarray, versions: np.ndarray) -> None:
-        lags = (versions - (tags & VERSION_MASK)) & VERSION_MASK  # modulo 2^28
-        self._lag_sum += int(lags.sum())
-        self._lag_max = max(self._lag_max, int(lags.max()))
-        self._lag_n += tags.size
+    def _add_lags(self, lags: Lags) -> None:
+        self._lag_sum += lags.total
+        self._lag_max = max(self._lag_max, lags.max)
+        self._lag_n += lags.n
 
     def updated(self, writer: int = 0, td_loss: float | None = None) -> None:
         """``writer`` applied one gradient update (to its copy, or to the shared parameters in place).
@@ -437,19 +378,11 @@ class Audit:
         self._emit(RESIDENT, -1, float(counts.sum()))  # marks the snapshot complete (workers not listed: 0)
 
     def _diagnostics(self) -> None:
-        from dqnlab.agent.diagnostics import dormant_fractions, srank
+        from dqnlab.agent.diagnostics import batch_statistics
 
-        q = np.asarray(self.q_fn(self._obs), dtype=np.float64)
-        values = {"q_mean": q.mean(), "q_max": q.max(), "q_min": q.min(), "q_abs_max_current": np.abs(q).max()}
-        values.update(zip(("q_p05", "q_p50", "q_p95"), np.quantile(q, [0.05, 0.5, 0.95])))
-        if self.features_fn is not None:
-            phi = np.asarray(self.features_fn(self._obs), dtype=np.float64)
-            values["srank_current"] = srank(phi)
-            fractions = dormant_fractions([phi])
-            values["dormant_frac_tau0_current"] = fractions["dormant_frac_tau0"]
-            values["dormant_frac_tau0.1_current"] = fractions["dormant_frac_tau0.1"]
-        for name, v in values.items():
-            self._emit(DIAG, DIAG_NAMES.index(name), float(v))
+        features = None if self.features_fn is None else self.features_fn(self._obs)
+        for name, v in batch_statistics(self.q_fn(self._obs), features).items():
+            self._emit(DIAG, DIAG_NAMES.index(name), v)
 
     # --- writing out -------------------------------------------------------------------------------
     def flush(self) -> None:
@@ -502,24 +435,3 @@ class Audit:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def read_events(folder: str | Path) -> tuple[np.ndarray, np.ndarray]:
-    """Every event of every process of a run in time order (ties: file, then file order), and the index
-    of the file (the process) each came from."""
-    files = sorted(Path(folder).glob("events-*.bin"))
-    parts = [_as_events(np.fromfile(f, dtype=RECORD)) for f in files]
-    if not parts or not sum(p.size for p in parts):
-        raise FileNotFoundError(f"{folder}: no audit events (events-*.bin); did the run call Audit(...).flush()?")
-    events = np.concatenate(parts)
-    source = np.concatenate([np.full(p.size, i) for i, p in enumerate(parts)])
-    order = np.lexsort((np.arange(events.size), source, events["t"]))
-    return events[order], source[order]
-
-
-def _as_events(records: np.ndarray) -> np.ndarray:
-    """Written records (:data:`RECORD`) as :data:`EVENT` rows."""
-    events = np.empty(records.size, dtype=EVENT)
-    for name in EVENT.names:
-        events[name] = records[name]
-    return events

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from dqnlab import metrics as M
-from dqnlab.audit.recorder import (
+from dqnlab.audit.events import (
     CONFIG,
     DIAG,
     DIAG_NAMES,
