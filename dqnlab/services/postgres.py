@@ -82,7 +82,10 @@ def configure_postgres(state: ServicesState) -> None:
     listen = "localhost" if state.host in LOOPBACK else state.host
     listen = "*" if listen in ("0.0.0.0", "::") else listen
     conf = [f"listen_addresses = '{listen}'", f"port = {state.pg_port}", f"unix_socket_directories = '{data}'",
-            "max_connections = 200", f"ssl = {'on' if state.tls else 'off'}"]  # fmt: skip
+            "max_connections = 200", f"ssl = {'on' if state.tls else 'off'}",
+            # dynamic shared memory as files in the data folder, not in the machine's /dev/shm: a server
+            # killed mid-run leaves nothing machine-wide (its next start clears pg_dynshmem/)
+            "dynamic_shared_memory_type = mmap"]  # fmt: skip
     if state.tls:
         make_certificate(data, state.client_host, user)
         conf += [f"ssl_cert_file = '{data / 'server.crt'}'", f"ssl_key_file = '{data / 'server.key'}'"]
