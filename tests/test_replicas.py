@@ -15,6 +15,7 @@ from dqnlab.metrics import (
     EVAL_RETURN_MEAN,
     HARD_DIVERGENCE,
     LIMITER_BOUND,
+    Q_MAX,
     TD_LOSS,
     TD_LOSS_LAST,
     UPDATES,
@@ -86,6 +87,22 @@ def test_a_replica_is_a_run_same_transitions_and_td_losses_as_a_one_replica_run_
         np.testing.assert_allclose(ours[:20], solo[:20], rtol=1e-5)
         evals = [m[EVAL_RETURN_MEAN] for m in together.replicas[k].history if EVAL_RETURN_MEAN in m]
         assert evals == [m[EVAL_RETURN_MEAN] for m in alone.history if EVAL_RETURN_MEAN in m]
+
+
+def test_in_serial_mode_a_cell_of_replicas_reproduces_exactly_so_its_a_a_floor_is_zero(leak_guard):
+    """The seed is the unit: in serial mode a cell's seeds are a function of their seeds alone, never of
+    the sitting (parallel mode's actor/learner interleaving is shared by a trial's replicas, so two
+    identical parallel cells differ by a sitting effect). Two runs of the same K-replica cell agree in
+    every replica's TD losses, Q and greedy returns, bit for bit: an identical cell's difference is 0."""
+    config = small_config(mode="serial", replicas=3, seed=11, total_env_steps=1800, learning_starts=400, utd=2.0,
+                          log_every=25, eval_every_steps=600, eval_episodes=2)  # fmt: skip
+    first, again = train(config), train(config)
+    keep = (TD_LOSS_LAST, EVAL_RETURN_MEAN, Q_MAX)
+    for a, b in zip(first.replicas, again.replicas, strict=True):
+        rows = [[m.get(k) for k in keep] for m in a.history]
+        assert len(rows) >= 40 and sum(EVAL_RETURN_MEAN in m for m in a.history) == 3
+        assert rows == [[m.get(k) for k in keep] for m in b.history]
+    assert len({tuple(m.get(TD_LOSS_LAST) for m in r.history) for r in first.replicas}) == 3  # seeds differ
 
 
 def test_a_poisoned_replica_is_frozen_as_diverged_and_the_others_are_untouched(monkeypatch, leak_guard):
