@@ -5,6 +5,8 @@
     python sweeps/replay_ratio.py --preset target_period   # finding 4b: target period (env steps) x UTD, plain
     python sweeps/replay_ratio.py --preset polyak          # finding 4d: UTD x tau per update or per env step, plain
     python sweeps/replay_ratio.py --preset polyak_acrobot  # the same on Acrobot-v1
+    python sweeps/replay_ratio.py --preset rerun_cartpole  # finding 4's primary contrasts at power (also
+                                                           # rerun_default, rerun_acrobot, rerun_lr_check)
     python sweeps/replay_ratio.py --preset smoke           # seconds (tests)
 
 Raising the replay ratio (UTD) with the target period fixed in gradient updates also copies the
@@ -60,6 +62,24 @@ def polyak_of(base: dict) -> dict:
                 reset="none")  # fmt: skip
 
 
+# The rerun of finding 4's primary contrasts, declared on 2026-12-06 before any of its data (docs/findings/
+# replay_ratio.md, "Power for the rerun"): plain DQN, UTD {0.25, 1, 4} x target unit, each UTD against its
+# neighbours, final return and AUC. Serial mode: a cell's seeds are a function of their seeds alone, so an
+# identical cell reproduces exactly and no sitting effect is shared by a trial's replicas
+# (tests/test_replicas.py). Budgets where the best cell converges or plateaus; seeds a cell from the power
+# table (the largest need among the primary contrasts for a 95% CI half-width of 25 return).
+RERUN = dict(mode="serial", layer_norm=False, reset="none")
+RERUN_GRID = {"utd": [0.25, 1.0, 4.0], "target_unit": ["updates", "env_steps"]}
+DEFAULT_BASE = dict(env_id="CartPole-v1", learning_starts=1000, target_period=500, target_unit="env_steps",
+                    eval_episodes=10, log_every=250, num_workers=1, envs_per_worker=1)  # finding 1's: Config's own
+RERUNS = {
+    "rerun_cartpole": dict(CARTPOLE, total_env_steps=50_000, eval_every_steps=2500, replicas=110),
+    "rerun_default": dict(DEFAULT_BASE, total_env_steps=50_000, eval_every_steps=2500, replicas=110),  # no pilot
+    "rerun_acrobot": dict(ACROBOT, total_env_steps=100_000, eval_every_steps=5000, replicas=170),
+}
+"""Seeds: CartPole's primary contrasts need 40-110 a cell at +-25 (its power table), Acrobot's 117-170; the
+default base has no pilot at 50k and takes CartPole's largest."""
+
 PRESETS = {
     "cartpole": {"base": CARTPOLE, "grid": GRID, "variants": VARIANTS, "jobs": 2},
     "acrobot": {"base": ACROBOT, "grid": GRID, "variants": VARIANTS, "jobs": 2},
@@ -75,6 +95,11 @@ PRESETS = {
     # at UTD 1), tau matched to the hard period C's mean target lag, (1 - tau) / tau = (C - 1) / 2 target units
     "polyak": {"base": polyak_of(CARTPOLE), "grid": POLYAK_GRID, "jobs": 2},
     "polyak_acrobot": {"base": polyak_of(ACROBOT), "grid": POLYAK_GRID, "jobs": 2},
+    **{name: {"base": dict(base, **RERUN), "grid": RERUN_GRID, "jobs": 1} for name, base in RERUNS.items()},
+    # is a UTD effect a step-size effect? 3 learning rates per UTD on tuning seeds (1000-1009: never a verdict's)
+    "rerun_lr_check": {"base": dict(RERUNS["rerun_cartpole"], mode="serial", layer_norm=False, reset="none",
+                                    target_unit="env_steps", replicas=10, seed=1000),
+                       "grid": {"utd": [0.25, 1.0, 4.0], "lr": [1.15e-3, 2.3e-3, 4.6e-3]}, "jobs": 1},
     "smoke": {
         "base": dict(CARTPOLE, total_env_steps=1200, learning_starts=400, batch_size=32, probe_size=64,
                      hidden_sizes=(32, 32), log_every=100, eval_every_steps=400, eval_episodes=2, replicas=2),  # fmt: skip

@@ -67,3 +67,25 @@ def test_config_is_frozen():
     config = Config()
     with pytest.raises(AttributeError):
         config.agent.utd = 2.0  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("sweep", ["calibration", "parallel", "replay_ratio", "throughput", "utd", "workers", "writers"])
+def test_every_preset_of_every_sweep_builds_a_valid_config_at_every_grid_point(sweep):
+    """A preset is a study of hours: a typo in it (a field, a value, a variant) fails here in seconds, not
+    after the study's first trials ran."""
+    import importlib.util
+    from pathlib import Path
+
+    from dqnlab.study.cli import build_parser, spec_from_args
+    from dqnlab.study.spec import validate_spec
+
+    path = Path(__file__).resolve().parent.parent / "sweeps" / f"{sweep}.py"
+    module = importlib.util.module_from_spec(spec := importlib.util.spec_from_file_location(f"{sweep}_sweep", path))
+    spec.loader.exec_module(module)  # the presets; its __main__ block does not run
+    objective = "throughput" if sweep == "throughput" else "eval"
+    for preset in module.PRESETS:
+        args = build_parser(sweep, module.PRESETS, preset).parse_args(["--preset", preset])
+        study = spec_from_args(sweep, args, module.PRESETS, objective)
+        validate_spec(study)
+        configs = [study.config_for(point) for point in study.points()]
+        assert configs, f"{sweep} --preset {preset}: an empty grid"
