@@ -156,3 +156,31 @@ def test_a_sqlite_study_transaction_holds_the_write_lock_from_its_first_read(tmp
             other.execute("BEGIN IMMEDIATE")
         other.close()
     storage.engine.dispose()
+
+
+def test_a_run_whose_trial_died_before_recording_its_id_is_still_marked_killed(tmp_path):
+    """SIGKILL can land after MLflow made a trial's run (RUNNING, tagged with the trial) but before the
+    trial recorded the run's id in Optuna (CI under load hit it). The next sweep's clean-up finds such a
+    run by its tags: KILLED; a run of a live trial, or of another study, is left open."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from dqnlab.study.queue import mark_killed_runs
+    from dqnlab.tracking.mlflow_runs import MlflowClient, get_or_create_experiment, start_trial_run
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    dead, live = study.ask(), study.ask()
+    dead.set_user_attr("mlflow_run_ids", [])  # the SIGKILL came before the id was recorded
+    study.tell(dead, state=TrialState.FAIL)
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = get_or_create_experiment(client, "utd", tmp_path / "artifacts")
+
+    def run_of(number: int, study_name: str = "s") -> str:
+        return start_trial_run(client, experiment, None, f"trial {number}",
+                               tags={"trial_number": str(number), "dqnlab.study": study_name})  # fmt: skip
+
+    orphan, running, elsewhere = run_of(dead.number), run_of(live.number), run_of(dead.number, "other")
+    mark_killed_runs(study, client, experiment, "s")
+    status = {r: client.get_run(r).info.status for r in (orphan, running, elsewhere)}
+    assert status == {orphan: "KILLED", running: "RUNNING", elsewhere: "RUNNING"}

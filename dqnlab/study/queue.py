@@ -39,13 +39,29 @@ def top_up_queue(study, spec: SweepSpec) -> int:
     return added
 
 
-def mark_killed_runs(study, client) -> None:
+def mark_killed_runs(study, client, experiment_id: str, study_name: str) -> None:
     """MLflow runs of FAIL trials still RUNNING there (their process died, or the tracking store
-    was down when the trial failed) get their end state: KILLED, or FAILED with the trial's error."""
+    was down when the trial failed) get their end state: KILLED, or FAILED with the trial's error.
+
+    A trial's runs are those its attributes list and those the store holds RUNNING with its number and
+    study in their tags (written with the run itself: a process killed after MLflow made a run but before
+    the trial recorded its id leaves a run only the tags name)."""
     from optuna.trial import TrialState
 
-    for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
-        for run_id in t.user_attrs.get("mlflow_run_ids", []):  # one per replica
+    failed = {t.number: t for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))}
+    runs = {number: list(t.user_attrs.get("mlflow_run_ids", [])) for number, t in failed.items()}  # one per replica
+    query = f"tags.`dqnlab.study` = '{study_name}' and tags.`dqnlab.role` = 'trial' and attributes.status = 'RUNNING'"
+    try:
+        open_runs = client.search_runs([experiment_id], query, max_results=50_000)
+    except Exception:  # the store cannot say: the ids the trials recorded still get closed
+        open_runs = []
+    for run in open_runs:
+        number = run.data.tags.get("trial_number", "")
+        if number.isdigit() and int(number) in runs and run.info.run_id not in runs[int(number)]:
+            runs[int(number)].append(run.info.run_id)
+    for number, run_ids in runs.items():
+        t = failed[number]
+        for run_id in run_ids:
             try:
                 if client.get_run(run_id).info.status != "RUNNING":
                     continue

@@ -310,7 +310,7 @@ def run_sweep(
             raise SweepError(f"--storage: cannot open Optuna storage {without_password(loc.storage)!r}: {exc}") from None
         claims_engine_for(loc.storage, create=True).dispose()  # before any worker process claims
         optuna.storages.fail_stale_trials(study)
-        mark_killed_runs(study, client)
+        mark_killed_runs(study, client, experiment_id, spec.study_name)
         top_up_queue(study, spec)
         parent = get_or_create_parent(client, experiment_id, spec.study_name, {"git_commit": git_commit()})
         grid_tag = json.dumps({a: [encode(v) for v in vs] for a, vs in spec.grid.items()})[:5000]
