@@ -83,7 +83,7 @@ class Linear:
         return w, w.transpose(1, 2), p["bias"].unsqueeze(1)
 
     def forward(self, s: tuple, h: torch.Tensor) -> tuple[torch.Tensor, object]:
-        return torch.baddbmm(s[2], h, s[1]), h
+        return torch.bmm(h, s[1]).add_(s[2]), h  # bmm then add_: no broadcast copy of the bias (baddbmm's)
 
     def backward(self, s: tuple, h: torch.Tensor, dz: torch.Tensor, need_input: bool) -> tuple:
         dh = torch.bmm(dz, s[0]) if need_input else None
@@ -158,11 +158,11 @@ class ReLU:
         return ()
 
     def forward(self, s: tuple, z: torch.Tensor) -> tuple[torch.Tensor, object]:
-        out = torch.relu(z)
+        out = z.relu_()  # in place: a layer's output is fresh, and no layer saves its own output
         return out, out
 
     def backward(self, s: tuple, out: torch.Tensor, d_out: torch.Tensor, need_input: bool) -> tuple:
-        return relu_backward(d_out, out), ()
+        return relu_backward(d_out, out, into=d_out), ()  # the next layer's fresh gradient, reused
 
     @staticmethod
     def np_forward(p: dict[str, np.ndarray], h: np.ndarray, relu: bool = False) -> np.ndarray:
