@@ -42,6 +42,8 @@ PRESETS = {
             eval_episodes=5,
             log_every=250,
             num_workers=2,
+            mode="serial",  # the two actors stepped in turn: a cell's seeds depend on their seeds alone (a rerun
+            # gives the same numbers; no sitting effect shared by a trial's replicas) and it is ~12% faster here
             target_period=500,
             reset="none",
             replicas=8,  # 8 seeds per trial, one stacked learner
