@@ -7,12 +7,10 @@ from __future__ import annotations
 import torch
 
 
-def relu_backward(grad_out: torch.Tensor, relu_out: torch.Tensor, into: torch.Tensor | None = None) -> torch.Tensor:
-    """``dL/dz`` of ``relu_out = relu(z)`` given ``grad_out = dL/d relu_out``: passes where the output is
-    positive (written into ``into`` when given, e.g. ``grad_out`` itself)."""
-    if into is not None:
-        return torch.ops.aten.threshold_backward.grad_input(grad_out, relu_out, 0, grad_input=into)
-    return torch.ops.aten.threshold_backward(grad_out, relu_out, 0)
+def relu_backward_(grad_out: torch.Tensor, relu_out: torch.Tensor) -> torch.Tensor:
+    """``dL/dz`` of ``relu_out = relu(z)`` given ``grad_out = dL/d relu_out``, written into ``grad_out``
+    (which must not be needed after): passes where the output is positive."""
+    return torch.ops.aten.threshold_backward.grad_input(grad_out, relu_out, 0, grad_input=grad_out)
 
 
 def layer_norm_input_backward(grad_y: torch.Tensor, z: torch.Tensor, mean: torch.Tensor,

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from dqnlab.agent.aten_ops import conv2d_backward, layer_norm_input_backward, relu_backward
+from dqnlab.agent.aten_ops import conv2d_backward, layer_norm_input_backward, relu_backward_
 from dqnlab.config import ConfigError
 
 LN_EPS = 1e-5
@@ -158,11 +158,11 @@ class ReLU:
         return ()
 
     def forward(self, s: tuple, z: torch.Tensor) -> tuple[torch.Tensor, object]:
-        out = z.relu_()  # in place: a layer's output is fresh, and no layer saves its own output
+        out = z.relu_()  # in place: z is the previous layer's fresh output, which it does not save (layers save inputs)
         return out, out
 
     def backward(self, s: tuple, out: torch.Tensor, d_out: torch.Tensor, need_input: bool) -> tuple:
-        return relu_backward(d_out, out, into=d_out), ()  # the next layer's fresh gradient, reused
+        return relu_backward_(d_out, out), ()  # into the next layer's fresh gradient
 
     @staticmethod
     def np_forward(p: dict[str, np.ndarray], h: np.ndarray, relu: bool = False) -> np.ndarray:
