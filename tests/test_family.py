@@ -236,3 +236,45 @@ def test_a_reports_verdicts_follow_its_family_in_plain_words_with_each_cells_div
     assert "- utd 1.0 vs 0.25 (target_unit=env_steps): **" in text  # flat: not worse
     assert "**worse**" not in text.split("- utd 1.0 vs 0.25 (target_unit=env_steps)")[1].split("\n")[0]
     assert "target_unit=updates, utd=4 6/8" in text or "utd=4, target_unit=updates 6/8" in text
+
+
+def test_finding_4r_contrasts_each_utd_with_its_neighbours_on_final_return_and_auc():
+    """Finding 4r on constructed runs (30 seeds a cell): with the target in updates, UTD 4 loses 150 return
+    over the whole curve and soft-diverges in every seed; everything else is flat. UTD 4 minus 1 reads
+    `worse` in updates on both scores and `equivalent` in env steps, the unit `better` at UTD 4 and
+    `equivalent` at 0.25, `fewer` seeds soft-diverged in env steps at UTD 4; 10 + 2 contrasts."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import pandas as pd
+
+    from analysis.replay_ratio_rerun import finding_rerun
+    from dqnlab import metrics as M
+
+    rng = np.random.default_rng(3)
+    runs, hist = [], []
+    for utd in (0.25, 1.0, 4.0):
+        for unit in ("updates", "env_steps"):
+            hurt = (utd, unit) == (4.0, "updates")
+            for seed in range(30):
+                run_id, level = f"{utd}-{unit}-{seed}", (150 if hurt else 300) + rng.normal(0, 5)
+                runs.append({"run_id": run_id, "status": "completed", "outcome": "completed", "utd": utd,
+                             "target_unit": unit, "seed": seed, "final_return": level, "total_env_steps": 50_000,
+                             "final_env_steps": 50_000,
+                             "final_env_steps_per_s_total": 50_000 / 60 / (10 * utd)})  # fmt: skip
+                hist += [{"run_id": run_id, "metric": metric, M.ENV_STEPS: s, "value": value}
+                         for s in (25_000, 50_000)
+                         for metric, value in ((M.EVAL_RETURN_MEAN, level), (M.SOFT_DIVERGENCE, float(hurt)))]  # fmt: skip
+    text = finding_rerun({"replay_ratio-rerun_cartpole": (pd.DataFrame(runs), pd.DataFrame(hist))}).text
+    verdict = {line.split("|")[1].strip(): line.split("|")[-2].strip() for line in text.splitlines()
+               if line.startswith(("| final return", "| AUC"))}  # fmt: skip
+    assert verdict["final return, target in updates: UTD 4 minus 1"] == "worse", text
+    assert verdict["AUC, target in updates: UTD 4 minus 1"] == "worse", text
+    assert verdict["final return, target in env steps: UTD 4 minus 1"] == "equivalent", text
+    assert verdict["AUC, target in updates: UTD 1 minus 0.25"] == "equivalent", text
+    assert verdict["final return, UTD 4: target in env steps minus in updates"].startswith("better"), text
+    assert verdict["final return, UTD 0.25: target in env steps minus in updates"] == "equivalent", text
+    assert "Family *rerun at power, replay_ratio-rerun_cartpole*: 10 contrasts" in text
+    assert "| 4 | 0/30 | 30/30 |" in text and "| fewer |" in text, text
+    assert "Cost: 105 min for the 6 trials" in text, text  # 10, 10, 40 min a unit: wall time from the runs' rates
+    assert "| 4 | updates | 30 | 150 [" in text, text

@@ -1,0 +1,187 @@
+"""Finding 4r, finding 4's primary contrasts rerun at the power declared for them (``sweeps/replay_ratio.py
+--preset rerun_cartpole``, ``rerun_default``, ``rerun_acrobot``): plain DQN, UTD {0.25, 1, 4} x the target
+period's unit, in serial mode (a cell's seeds depend on their seeds alone: no sitting effect is shared by
+a trial's replicas, so the seed is the unit of replication), at budgets where the best cell converges or
+plateaus (CartPole 50,000 env steps, Acrobot 100,000), with the seeds a cell the power table of finding 4
+asked for (``PLANNED_HALF_WIDTH``: a 95% CI half-width of +-25 return on each primary contrast).
+
+Each study's family, declared on 2026-12-06 before any of its data were read (Holm-Bonferroni on two-sided
+bootstrap p-values, alpha 0.05; equivalence margin ``MARGIN`` of the env, TOST at the corrected level):
+
+- **each UTD against its neighbour** (1 minus 0.25, 4 minus 1), per target unit, on the final return and
+  on the area under the greedy curve (8 contrasts): a straight-line trend cannot see a drop followed by
+  a rise, and the final return cannot see a cell that learns sooner;
+- **the unit** (target period in env steps minus in updates) at UTD 0.25 and 4, on the final return (2).
+
+A second family, soft divergence: the seeds whose max \\|Q\\| passed the env's bound at any check, target
+in env steps against in updates, at UTD 0.25 and 4 (Fisher's exact test, Holm-corrected).
+
+Contrasts are unpaired: a seed's runs in two cells share their initial weights and env seeds, but the
+trajectories part at the first update that differs, and no pairing was declared. The noise floor is
+UTD 1's two units (the same copy rate; the copies' phase differs by ``learning_starts mod period`` env
+steps), reported beside the family, not in it.
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from analysis.curves import auc_of, curve_cells
+from analysis.family import Family
+from analysis.findings_common import DataFinding, Finding, StudyReader, fmt_ci
+from analysis.replay_ratio import (
+    MARGIN,
+    PLANNED_HALF_WIDTH,
+    REPS,
+    UNITS,
+    _q,
+    _returns,
+    cell_rows,
+    divergence_contrasts,
+    time_to_threshold,
+)
+from dqnlab import metrics as M
+from dqnlab.statistics import bootstrap_difference
+
+STUDIES = {"replay_ratio-rerun_cartpole": ("CartPole-v1", "RL Zoo base"),
+           "replay_ratio-rerun_default": ("CartPole-v1", "dqnlab's default base (finding 1's)"),
+           "replay_ratio-rerun_acrobot": ("Acrobot-v1", "RL Zoo base")}  # fmt: skip
+"""Each rerun study's env and base."""
+NEIGHBOURS = ((1.0, 0.25), (4.0, 1.0))
+"""The UTD pairs of the primary contrasts: (higher, lower)."""
+UNIT_UTDS = (0.25, 4.0)
+"""Where the unit is contrasted (at UTD 1 both units copy the target at the same rate)."""
+
+
+def _unit(unit: str) -> str:
+    return "env steps" if unit == "env_steps" else "updates"
+
+
+def contrasts(runs: pd.DataFrame, hist: pd.DataFrame, name: str, env: str) -> Family:
+    """The family of the module docstring over one study's ``runs`` (plain DQN, UTD x target unit)."""
+    cells = {k: g for k, g in runs.groupby(["utd", "target_unit"])}
+    final = {k: _returns(g) for k, g in cells.items()}
+    auc = {k: auc_of(g, hist) for k, g in cells.items()}
+    family = Family(f"rerun at power, {name}", MARGIN.get(env, float("nan")))
+    empty = np.array([])
+    for score, values in (("final return", final), ("AUC", auc)):
+        for unit in UNITS:
+            for hi, lo in NEIGHBOURS:
+                family.difference(f"{score}, target in {_unit(unit)}: UTD {hi:g} minus {lo:g}",
+                                  values.get((hi, unit), empty), values.get((lo, unit), empty))  # fmt: skip
+    for u in UNIT_UTDS:
+        family.difference(f"final return, UTD {u:g}: target in env steps minus in updates",
+                          final.get((u, "env_steps"), empty), final.get((u, "updates"), empty))  # fmt: skip
+    return family
+
+
+def _count(value: float) -> str:
+    return f"{value:.0f}" if np.isfinite(value) else "—"
+
+
+def wall_minutes(runs: pd.DataFrame) -> pd.Series:
+    """Per cell (utd, target_unit): the trial's wall time in minutes (its replicas' median of env steps
+    over env steps per second; the replicas of a trial share one clock)."""
+    per_run = runs["final_env_steps"] / runs["final_env_steps_per_s_total"] / 60.0
+    return per_run.groupby([runs["utd"], runs["target_unit"]]).median()
+
+
+def achieved_half_widths(family: Family) -> dict[str, float]:
+    """Each tested contrast's 95% CI half-width (what the planned +-25 became)."""
+    return {r["contrast"]: (r["high"] - r["low"]) / 2.0 for r in family.results() if not r["missing"]}
+
+
+def _study_block(name: str, env: str, base: str, runs: pd.DataFrame, hist: pd.DataFrame) -> list[str]:
+    runs = runs.assign(variant="plain")
+    cells = cell_rows(runs, hist)
+    minutes = wall_minutes(runs)
+    steps = int(runs["total_env_steps"].median())
+    md = [f"\n**{env}, {base}** (`{name}`, {steps:,} env steps): per cell, final greedy return (mean of the last "
+          "quarter of the evaluations) and area under the greedy curve, IQM over seeds [95% bootstrap CI]; seeds "
+          "soft-diverged at any check / at the end; median final max \\|Q\\|; target copies (median); the trial's "
+          "wall time (all its seeds at once, serial mode).", "",
+          "| UTD | target in | seeds | final return | AUC | soft div. (any / end) | max \\|Q\\| | target copies | "
+          "wall (min) |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in cells.sort_values(["utd", "target_unit"], key=lambda c: c.map(UNITS.index) if c.name == "target_unit"
+                               else c).itertuples():  # fmt: skip
+        md.append(f"| {r.utd:g} | {_unit(r.target_unit)} | {r.n} | {fmt_ci(*r.final)} | {fmt_ci(*r.auc)} | "
+                  f"{r.diverged[0]}/{r.n} / {r.diverged[1]}/{r.n} | {_q(r.q_max)} | {_count(r.target_updates)} | "
+                  f"{minutes.get((r.utd, r.target_unit), float('nan')):.0f} |")  # fmt: skip
+    md += ["", f"Cost: {minutes.sum():.0f} min for the {len(minutes)} trials, one after the other."]
+    a_a = [_returns(runs[(runs["utd"] == 1.0) & (runs["target_unit"] == unit)]) for unit in ("env_steps", "updates")]
+    if all(len(x) for x in a_a):
+        d, draws = bootstrap_difference(*a_a, reps=REPS)
+        floor = fmt_ci(d, *np.quantile(draws, [0.025, 0.975]))
+        md += ["", "Noise floor (UTD 1: the target copied at the same rate in both units, at a different phase; final "
+               f"return, env steps minus updates [95% CI]; not in the family): {floor}."]  # fmt: skip
+    family = contrasts(runs, hist, name, env)
+    widths = achieved_half_widths(family)
+    md += ["", family.markdown(digits=1), ""]
+    if widths:
+        md += [f"The 95% CI half-widths the power plan asked to be at most ±{PLANNED_HALF_WIDTH:g}: "
+               + "; ".join(f"{c.removeprefix('final return, ')} ±{w:.0f}" for c, w in widths.items()
+                           if c.startswith("final")) + "."]  # fmt: skip
+    div = divergence_contrasts(runs, hist)
+    if not div.empty:
+        md += ["", f"Family *soft divergence, rerun, {name}*: {len(div)} contrasts, seeds soft-diverged at any check "
+               "with the target in env steps vs in updates, Fisher's exact test, Holm-corrected (alpha 0.05):", "",
+               "| UTD | target in env steps | target in updates | p | Holm p | verdict (env steps) |",
+               "|---|---|---|---|---|---|"]  # fmt: skip
+        md += [f"| {r.utd:g} | {r.env_steps} | {r.updates} | {r.p:.2g} | {r.p_holm:.2g} | {r.verdict} |"
+               for r in div.itertuples()]  # fmt: skip
+    if env == "CartPole-v1":
+        reached = time_to_threshold(runs, hist, 475.0)
+        md += ["", "Env steps to a greedy return of 475 (the first evaluation whose IQM over seeds reaches it; held: "
+               "it stays there to the end):", "", "| cell | first env step with IQM >= 475 | held | best IQM (at env "
+               "step) |", "|---|---|---|---|"]  # fmt: skip
+        for r in reached.itertuples():
+            first = "not reached" if r.first is None else f"{r.first:,}"
+            md.append(f"| {r.cell.replace(', plain', '')} | {first} | {'yes' if r.held else 'no'} | "
+                      f"{r.best:.0f} (at {r.best_at:,}) |")  # fmt: skip
+    return md
+
+
+def finding_rerun(studies: dict[str, tuple[pd.DataFrame, pd.DataFrame]]) -> Finding:
+    """Finding 4r: one block of tables and one row of the figure per rerun study present (name -> (runs, hist))."""
+    md: list[str] = []
+    fig, axes = plt.subplots(len(studies), 3, figsize=(18, 4.4 * len(studies)), squeeze=False)
+    for axrow, (name, (runs, hist)) in zip(axes, studies.items()):
+        env, base = STUDIES[name]
+        md += _study_block(name, env, base, runs, hist)
+        _draw(axrow, runs.assign(variant="plain"), hist, f"{env}, {base}")
+    fig.suptitle("Finding 4's primary contrasts at power: plain DQN, UTD x the target period's unit (serial mode)")
+    fig.tight_layout()
+    return Finding("\n".join(md).strip("\n"), fig, "finding_replay_ratio_rerun.png")
+
+
+def _draw(axrow, runs: pd.DataFrame, hist: pd.DataFrame, title: str) -> None:
+    cells = cell_rows(runs, hist)
+    for unit, g in cells.groupby("target_unit"):
+        g = g.sort_values("utd")
+        style = dict(ls="-" if unit == "env_steps" else "--", marker="o", capsize=2, label=f"target in {_unit(unit)}")
+        for ax, key in ((axrow[0], "final"), (axrow[1], "auc")):
+            point, low, high = (np.array([f[i] for f in g[key]]) for i in range(3))
+            ax.errorbar(g["utd"], point, yerr=[point - low, high - point], **style)
+    for ax, ylabel in zip(axrow[:2], ["final greedy return (IQM, 95% CI)", "area under the greedy curve (IQM, 95% CI)"]):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks([0.25, 1, 4], ["0.25", "1", "4"])
+        ax.minorticks_off()
+        ax.set(xlabel="UTD (updates per env step)", ylabel=ylabel, title=title)
+    axrow[0].legend(fontsize=8)
+    keyed = runs.assign(cell=[f"UTD {r.utd:g}, in {_unit(r.target_unit)}" for r in runs.itertuples()])
+    curves = curve_cells(hist, keyed, M.EVAL_RETURN_MEAN, "cell")
+    for cell, c in curves.groupby("cell"):
+        axrow[2].plot(c[M.ENV_STEPS], c["iqm"], ls="-" if "env steps" in cell else "--", label=cell)
+        axrow[2].fill_between(c[M.ENV_STEPS], c["low"], c["high"], alpha=0.15)
+    axrow[2].set(xlabel="env steps", ylabel="greedy return (IQM over seeds, 95% CI)", title=title)
+    axrow[2].legend(fontsize=7)
+
+
+def from_data(read: StudyReader) -> Finding | None:
+    present = read(STUDIES)
+    return finding_rerun(present) if present else None
+
+
+FINDING = DataFinding("4r. Replay ratio at power", list(STUDIES), from_data)
