@@ -35,14 +35,15 @@ def curve_cells(hist: pd.DataFrame, runs: pd.DataFrame, metric: str, key: str, s
 def auc_of(runs: pd.DataFrame, hist: pd.DataFrame) -> np.ndarray:
     """Per run with a final return (not failed, not hard-diverged): the area under its greedy curve, the
     mean greedy return over the run (:func:`dqnlab.statistics.area_under_curve`)."""
-    evals = hist[hist["metric"] == M.EVAL_RETURN_MEAN]
-    by_run = {r: g.sort_values(M.ENV_STEPS) for r, g in evals.groupby("run_id")}
+    evals = hist[(hist["metric"] == M.EVAL_RETURN_MEAN) & hist["run_id"].isin(runs["run_id"])]
+    evals = evals.sort_values(["run_id", M.ENV_STEPS], kind="stable")  # only these runs' records, sorted once
+    by_run = {r: (g[M.ENV_STEPS].to_numpy(), g["value"].to_numpy()) for r, g in evals.groupby("run_id", sort=False)}
     out = []
     for r in runs.itertuples():
-        g = by_run.get(r.run_id)
-        if g is None or not np.isfinite(r.final_return):
+        curve = by_run.get(r.run_id)
+        if curve is None or not np.isfinite(r.final_return):
             continue
-        out.append(area_under_curve(g[M.ENV_STEPS].to_numpy(), g["value"].to_numpy()))
+        out.append(area_under_curve(*curve))
     return np.asarray(out, dtype=float)
 
 

@@ -30,7 +30,7 @@ import pandas as pd
 
 from analysis.curves import auc_of, curve_cells
 from analysis.family import Family
-from analysis.findings_common import DataFinding, Finding, StudyReader, fmt_ci
+from analysis.findings_common import DataFinding, Finding, StudyReader, fmt_ci, stacked
 from analysis.replay_ratio import (
     MARGIN,
     PLANNED_HALF_WIDTH,
@@ -49,6 +49,10 @@ STUDIES = {"replay_ratio-rerun_cartpole": ("CartPole-v1", "RL Zoo base"),
            "replay_ratio-rerun_default": ("CartPole-v1", "dqnlab's default base (finding 1's)"),
            "replay_ratio-rerun_acrobot": ("Acrobot-v1", "RL Zoo base")}  # fmt: skip
 """Each rerun study's env and base."""
+PARTS = ("utd0.25_1", "utd4")
+"""A rerun study may run as two studies of its own, ``<study>-utd0.25_1`` and ``<study>-utd4`` (``--axis utd=...``
+``--study-name``: the same config and seeds per cell; the cheap cells first), read together while the full
+study is absent."""
 NEIGHBOURS = ((1.0, 0.25), (4.0, 1.0))
 """The UTD pairs of the primary contrasts: (higher, lower)."""
 UNIT_UTDS = (0.25, 4.0)
@@ -179,9 +183,24 @@ def _draw(axrow, runs: pd.DataFrame, hist: pd.DataFrame, title: str) -> None:
     axrow[2].legend(fontsize=7)
 
 
+def by_study(present: dict[str, tuple[pd.DataFrame, pd.DataFrame]]) -> dict[str, tuple[pd.DataFrame, pd.DataFrame]]:
+    """The rerun studies present (name -> (runs, hist)) by their full study's name: the full study where
+    present, else its parts (:data:`PARTS`) together."""
+    out = {}
+    for name in STUDIES:
+        parts = [present[name]] if name in present else [present[p] for p in _parts(name) if p in present]
+        if parts:
+            out[name] = stacked(dict(enumerate(parts)))
+    return out
+
+
+def _parts(name: str) -> list[str]:
+    return [f"{name}-{part}" for part in PARTS]
+
+
 def from_data(read: StudyReader) -> Finding | None:
-    present = read(STUDIES)
+    present = by_study(read([s for name in STUDIES for s in (name, *_parts(name))]))
     return finding_rerun(present) if present else None
 
 
-FINDING = DataFinding("4r. Replay ratio at power", list(STUDIES), from_data)
+FINDING = DataFinding("4r. Replay ratio at power", [s for name in STUDIES for s in (name, *_parts(name))], from_data)
