@@ -7,6 +7,9 @@
     python sweeps/replay_ratio.py --preset polyak_acrobot  # the same on Acrobot-v1
     python sweeps/replay_ratio.py --preset rerun_cartpole  # finding 4's primary contrasts at power (also
                                                            # rerun_default, rerun_acrobot, rerun_lr_check)
+    python sweeps/replay_ratio.py --preset rerun_cartpole --axis utd=0.25,1 \
+        --study-name replay_ratio-rerun_cartpole-utd0.25_1  # ... or in two parts, the cheap cells first
+        # (then --axis utd=4 --study-name replay_ratio-rerun_cartpole-utd4; finding 4r reads the parts together)
     python sweeps/replay_ratio.py --preset smoke           # seconds (tests)
 
 Raising the replay ratio (UTD) with the target period fixed in gradient updates also copies the
