@@ -97,8 +97,13 @@ def achieved_half_widths(family: Family) -> dict[str, float]:
     return {r["contrast"]: (r["high"] - r["low"]) / 2.0 for r in family.results() if not r["missing"]}
 
 
+def plain_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """The rerun's runs: plain DQN (a hard target copy, no LayerNorm, no reset), as ``variant`` ``plain``."""
+    plain = (runs["target_update"] == "hard") & ~runs["layer_norm"].astype(bool) & (runs["reset"] == "none")
+    return runs[plain].assign(variant="plain")
+
+
 def _study_block(name: str, env: str, base: str, runs: pd.DataFrame, hist: pd.DataFrame) -> list[str]:
-    runs = runs.assign(variant="plain")
     cells = cell_rows(runs, hist)
     minutes = wall_minutes(runs)
     steps = int(runs["total_env_steps"].median())
@@ -153,8 +158,9 @@ def finding_rerun(studies: dict[str, tuple[pd.DataFrame, pd.DataFrame]]) -> Find
     fig, axes = plt.subplots(len(studies), 3, figsize=(18, 4.4 * len(studies)), squeeze=False)
     for axrow, (name, (runs, hist)) in zip(axes, studies.items()):
         env, base = STUDIES[name]
+        runs = plain_runs(runs)
         md += _study_block(name, env, base, runs, hist)
-        _draw(axrow, runs.assign(variant="plain"), hist, f"{env}, {base}")
+        _draw(axrow, runs, hist, f"{env}, {base}")
     fig.suptitle("Finding 4's primary contrasts at power: plain DQN, UTD x the target period's unit (serial mode)")
     fig.tight_layout()
     return Finding("\n".join(md).strip("\n"), fig, "finding_replay_ratio_rerun.png")

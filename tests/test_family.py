@@ -242,7 +242,8 @@ def test_finding_4r_contrasts_each_utd_with_its_neighbours_on_final_return_and_a
     """Finding 4r on constructed runs (30 seeds a cell): with the target in updates, UTD 4 loses 150 return
     over the whole curve and soft-diverges in every seed; everything else is flat. UTD 4 minus 1 reads
     `worse` in updates on both scores and `equivalent` in env steps, the unit `better` at UTD 4 and
-    `equivalent` at 0.25, `fewer` seeds soft-diverged in env steps at UTD 4; 10 + 2 contrasts."""
+    `equivalent` at 0.25, `fewer` seeds soft-diverged in env steps at UTD 4; 10 + 2 contrasts. A LayerNorm
+    cell in the same study is not pooled into the plain one."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -259,13 +260,15 @@ def test_finding_4r_contrasts_each_utd_with_its_neighbours_on_final_return_and_a
             for seed in range(30):
                 run_id, level = f"{utd}-{unit}-{seed}", (150 if hurt else 300) + rng.normal(0, 5)
                 runs.append({"run_id": run_id, "status": "completed", "outcome": "completed", "utd": utd,
+                             "target_update": "hard", "layer_norm": False, "reset": "none",
                              "target_unit": unit, "seed": seed, "final_return": level, "total_env_steps": 50_000,
                              "final_env_steps": 50_000,
                              "final_env_steps_per_s_total": 50_000 / 60 / (10 * utd)})  # fmt: skip
                 hist += [{"run_id": run_id, "metric": metric, M.ENV_STEPS: s, "value": value}
                          for s in (25_000, 50_000)
                          for metric, value in ((M.EVAL_RETURN_MEAN, level), (M.SOFT_DIVERGENCE, float(hurt)))]  # fmt: skip
-    text = finding_rerun({"replay_ratio-rerun_cartpole": (pd.DataFrame(runs), pd.DataFrame(hist))}).text
+    stray = [dict(r, run_id=f"ln-{r['run_id']}", layer_norm=True, final_return=450.0) for r in runs[-30:]]
+    text = finding_rerun({"replay_ratio-rerun_cartpole": (pd.DataFrame(runs + stray), pd.DataFrame(hist))}).text
     verdict = {line.split("|")[1].strip(): line.split("|")[-2].strip() for line in text.splitlines()
                if line.startswith(("| final return", "| AUC"))}  # fmt: skip
     assert verdict["final return, target in updates: UTD 4 minus 1"] == "worse", text
@@ -277,4 +280,4 @@ def test_finding_4r_contrasts_each_utd_with_its_neighbours_on_final_return_and_a
     assert "Family *rerun at power, replay_ratio-rerun_cartpole*: 10 contrasts" in text
     assert "| 4 | 0/30 | 30/30 |" in text and "| fewer |" in text, text
     assert "Cost: 105 min for the 6 trials" in text, text  # 10, 10, 40 min a unit: wall time from the runs' rates
-    assert "| 4 | updates | 30 | 150 [" in text, text
+    assert "| 4 | updates | 30 | 150 [" in text and "| 4 | env steps | 30 | 30" in text, text  # LayerNorm's 30 left out
