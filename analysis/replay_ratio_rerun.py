@@ -92,6 +92,21 @@ def wall_minutes(runs: pd.DataFrame) -> pd.Series:
     return per_run.groupby([runs["utd"], runs["target_unit"]]).median()
 
 
+def seed_correlations(runs: pd.DataFrame) -> dict[str, float]:
+    """For each primary contrast on the final return whose two cells share at least 3 seeds: the Pearson
+    correlation over those seeds of the two cells' final returns (whether a pairing by seed would help)."""
+    final = runs.pivot_table(index="seed", columns=["utd", "target_unit"], values="final_return")
+    out = {}
+    pairs = [((hi, u), (lo, u), f"UTD {hi:g} vs {lo:g} in {_unit(u)}") for u in UNITS for hi, lo in NEIGHBOURS]
+    pairs += [((u, "env_steps"), (u, "updates"), f"the unit at UTD {u:g}") for u in UNIT_UTDS]
+    for a, b, label in pairs:
+        if a in final and b in final:
+            both = final[[a, b]].dropna()
+            if len(both) >= 3:
+                out[label] = float(np.corrcoef(both[a], both[b])[0, 1])
+    return out
+
+
 def achieved_half_widths(family: Family) -> dict[str, float]:
     """Each tested contrast's 95% CI half-width (what the planned +-25 became)."""
     return {r["contrast"]: (r["high"] - r["low"]) / 2.0 for r in family.results() if not r["missing"]}
@@ -132,6 +147,11 @@ def _study_block(name: str, env: str, base: str, runs: pd.DataFrame, hist: pd.Da
         md += [f"The 95% CI half-widths the power plan asked to be at most ±{PLANNED_HALF_WIDTH:g}: "
                + "; ".join(f"{c.removeprefix('final return, ')} ±{w:.0f}" for c, w in widths.items()
                            if c.startswith("final")) + "."]  # fmt: skip
+    pairs = seed_correlations(runs)
+    if pairs:
+        md += ["", "Pairing (not used; declared unpaired): the correlation over seeds of the final return of the same "
+               "seed in the two cells of each contrast, " + "; ".join(f"{c} r = {r:+.2f}" for c, r in pairs.items())
+               + ". A paired contrast would narrow a CI by about sqrt(1 - r) where r > 0."]  # fmt: skip
     div = divergence_contrasts(runs, hist)
     if not div.empty:
         md += ["", f"Family *soft divergence, rerun, {name}*: {len(div)} contrasts, seeds soft-diverged at any check "

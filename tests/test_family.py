@@ -254,11 +254,13 @@ def test_finding_4r_contrasts_each_utd_with_its_neighbours_on_final_return_and_a
 
     rng = np.random.default_rng(3)
     runs, hist = [], []
+    seed_effect = rng.normal(0, 20, 30)  # what a seed does in every cell: a pairing by seed would see it
     for utd in (0.25, 1.0, 4.0):
         for unit in ("updates", "env_steps"):
             hurt = (utd, unit) == (4.0, "updates")
             for seed in range(30):
-                run_id, level = f"{utd}-{unit}-{seed}", (150 if hurt else 300) + rng.normal(0, 5)
+                run_id = f"{utd}-{unit}-{seed}"
+                level = (150 if hurt else 300) + seed_effect[seed] + rng.normal(0, 5)
                 runs.append({"run_id": run_id, "status": "completed", "outcome": "completed", "utd": utd,
                              "target_update": "hard", "layer_norm": False, "reset": "none",
                              "target_unit": unit, "seed": seed, "final_return": level, "total_env_steps": 50_000,
@@ -280,4 +282,6 @@ def test_finding_4r_contrasts_each_utd_with_its_neighbours_on_final_return_and_a
     assert "Family *rerun at power, replay_ratio-rerun_cartpole*: 10 contrasts" in text
     assert "| 4 | 0/30 | 30/30 |" in text and "| fewer |" in text, text
     assert "Cost: 105 min for the 6 trials" in text, text  # 10, 10, 40 min a unit: wall time from the runs' rates
-    assert "| 4 | updates | 30 | 150 [" in text and "| 4 | env steps | 30 | 30" in text, text  # LayerNorm's 30 left out
+    r = float(text.split("UTD 1 vs 0.25 in updates r = ")[1].split(";")[0])
+    assert 0.8 < r < 1.0, text  # the seed effect's share of the spread, seen by seed
+    assert "| 4 | updates | 30 | 150 [" in text and "| 4 | env steps | 30 |" in text, text  # LayerNorm's 30 left out
