@@ -284,4 +284,4 @@ def test_finding_4r_contrasts_each_utd_with_its_neighbours_on_final_return_and_a
     assert "Cost: 105 min for the 6 trials" in text, text  # 10, 10, 40 min a unit: wall time from the runs' rates
     r = float(text.split("UTD 1 vs 0.25 in updates r = ")[1].split(";")[0])
     assert 0.8 < r < 1.0, text  # the seed effect's share of the spread, seen by seed
-    assert "| 4 | updates | 30 | 150 [" in text and "| 4 | env steps | 30 |" in text, text  # LayerNorm's 30 left out
+    assert "| 4 | updates | 30 | 149 [" in text and "| 4 | env steps | 30 |" in text, text  # LayerNorm's 30 left out
