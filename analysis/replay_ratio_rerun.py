@@ -28,7 +28,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from analysis.curves import auc_of, curve_cells
+from analysis.curves import auc_of, curve_cells, soft_divergence_counts
 from analysis.family import Family
 from analysis.findings_common import DataFinding, Finding, StudyReader, fmt_ci, stacked
 from analysis.replay_ratio import (
@@ -43,7 +43,7 @@ from analysis.replay_ratio import (
     time_to_threshold,
 )
 from dqnlab import metrics as M
-from dqnlab.statistics import bootstrap_difference
+from dqnlab.statistics import bootstrap_ci, bootstrap_difference
 
 STUDIES = {"replay_ratio-rerun_cartpole": ("CartPole-v1", "RL Zoo base"),
            "replay_ratio-rerun_default": ("CartPole-v1", "dqnlab's default base (finding 1's)"),
@@ -53,6 +53,8 @@ PARTS = ("utd0.25_1", "utd4")
 """A rerun study may run as two studies of its own, ``<study>-utd0.25_1`` and ``<study>-utd4`` (``--axis utd=...``
 ``--study-name``: the same config and seeds per cell; the cheap cells first), read together while the full
 study is absent."""
+LR_STUDY = "replay_ratio-rerun_lr_check"
+"""Three learning rates per UTD on tuning seeds (``--preset rerun_lr_check``): is a UTD effect a step-size effect?"""
 NEIGHBOURS = ((1.0, 0.25), (4.0, 1.0))
 """The UTD pairs of the primary contrasts: (higher, lower)."""
 UNIT_UTDS = (0.25, 4.0)
@@ -172,8 +174,24 @@ def _study_block(name: str, env: str, base: str, runs: pd.DataFrame, hist: pd.Da
     return md
 
 
-def finding_rerun(studies: dict[str, tuple[pd.DataFrame, pd.DataFrame]]) -> Finding:
-    """Finding 4r: one block of tables and one row of the figure per rerun study present (name -> (runs, hist))."""
+def lr_check_lines(runs: pd.DataFrame, hist: pd.DataFrame) -> list[str]:
+    """The learning-rate check (``--preset rerun_lr_check``): per UTD and rate, the final return and AUC
+    (IQM [95% CI]) and soft-diverged seeds. Tuning seeds, never a verdict's: no family, a reading only."""
+    md = ["", f"**Learning-rate check** (`{LR_STUDY}`; CartPole RL Zoo base, target in env steps, seeds 1000-1009: "
+          "tuning seeds, no verdict's; the rate varied around RL Zoo's 2.3e-3, x0.5 and x2): is a UTD effect a "
+          "step-size effect?", "",
+          "| UTD | lr | seeds | final return | AUC | soft div. (any / end) |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for (u, lr), g in plain_runs(runs).groupby(["utd", "lr"]):
+        (any_, end), n = soft_divergence_counts(g, hist), len(g)
+        final, auc = (fmt_ci(*bootstrap_ci(v, reps=REPS)) for v in (_returns(g), auc_of(g, hist)))
+        md.append(f"| {u:g} | {lr:.2g} | {n} | {final} | {auc} | {any_}/{n} / {end}/{n} |")
+    return md
+
+
+def finding_rerun(studies: dict[str, tuple[pd.DataFrame, pd.DataFrame]],
+                  lr_check: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> Finding:  # fmt: skip
+    """Finding 4r: one block of tables and one row of the figure per rerun study present (name -> (runs,
+    hist)), and the learning-rate check's table where it ran."""
     md: list[str] = []
     fig, axes = plt.subplots(len(studies), 3, figsize=(18, 4.4 * len(studies)), squeeze=False)
     for axrow, (name, (runs, hist)) in zip(axes, studies.items()):
@@ -181,6 +199,8 @@ def finding_rerun(studies: dict[str, tuple[pd.DataFrame, pd.DataFrame]]) -> Find
         runs = plain_runs(runs)
         md += _study_block(name, env, base, runs, hist)
         _draw(axrow, runs, hist, f"{env}, {base}")
+    if lr_check is not None:
+        md += lr_check_lines(*lr_check)
     fig.suptitle("Finding 4's primary contrasts at power: plain DQN, UTD x the target period's unit (serial mode)")
     fig.tight_layout()
     return Finding("\n".join(md).strip("\n"), fig, "finding_replay_ratio_rerun.png")
@@ -226,7 +246,9 @@ def _parts(name: str) -> list[str]:
 
 def from_data(read: StudyReader) -> Finding | None:
     present = by_study(read([s for name in STUDIES for s in (name, *_parts(name))]))
-    return finding_rerun(present) if present else None
+    lr_check = read([LR_STUDY]).get(LR_STUDY)
+    return finding_rerun(present, lr_check) if present else None
 
 
-FINDING = DataFinding("4r. Replay ratio at power", [s for name in STUDIES for s in (name, *_parts(name))], from_data)
+FINDING = DataFinding("4r. Replay ratio at power", [*(s for name in STUDIES for s in (name, *_parts(name))), LR_STUDY],
+                      from_data)  # fmt: skip

@@ -356,10 +356,11 @@ def test_findings_come_from_the_exported_data_and_the_check_catches_a_number_typ
         for source, name in (("replay_ratio-cartpole", "replay_ratio-target_period"),
                              ("workers-default", "workers-prioritized"),
                              ("replay_ratio-cartpole", "replay_ratio-prioritized-utd1_4"),
-                             ("replay_ratio-cartpole", "replay_ratio-polyak")):  # fmt: skip
+                             ("replay_ratio-cartpole", "replay_ratio-polyak"),
+                             ("replay_ratio-cartpole", "replay_ratio-rerun_cartpole-utd0.25_1")):  # fmt: skip
             shutil.copy(data / f"{source}.{suffix}.csv.gz", data / f"{name}.{suffix}.csv.gz")
     page, appendix = tmp_path / "findings.md", tmp_path / "findings" / "replay.md"  # a block lives on one of them
-    in_appendix = ("replay_ratio", "target_period", "replay_prioritized", "replay_polyak")
+    in_appendix = ("replay_ratio", "target_period", "replay_prioritized", "replay_polyak", "replay_ratio_rerun")
     appendix.parent.mkdir()
     for path, names in ((page, [n for n in findings.DATA_FINDINGS if n not in in_appendix]), (appendix, in_appendix)):
         path.write_text("# Findings\n" + "".join(f"\n{findings.BEGIN.format(n)}\nstale\n{findings.END.format(n)}\n"
@@ -376,11 +377,11 @@ def test_findings_come_from_the_exported_data_and_the_check_catches_a_number_typ
     text = page.read_text() + appendix.read_text()
     for header in ("| UTD | target in | variant |", "| cell | writers |", "| workers | buffer |", "| collection |",
                    "| UTD | period 256 env steps", "| workers | replay |", "| UTD | replay | seeds |",
-                   "| UTD | target | unit |"):
+                   "| UTD | target | unit |", "| UTD | target in | seeds |"):
         assert header in text, header
     assert text.count("Holm-corrected") >= 4
     for name in ("writers", "workers", "parallel", "replay_ratio", "target_period", "workers_prioritized",
-                 "replay_prioritized", "replay_polyak"):
+                 "replay_prioritized", "replay_polyak", "replay_ratio_rerun"):
         assert (tmp_path / f"finding_{name}.png").stat().st_size > 20_000
     assert findings.main([*args, "--check"]) == 0
     kept = appendix.read_text()

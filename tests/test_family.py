@@ -270,7 +270,11 @@ def test_finding_4r_contrasts_each_utd_with_its_neighbours_on_final_return_and_a
                          for s in (25_000, 50_000)
                          for metric, value in ((M.EVAL_RETURN_MEAN, level), (M.SOFT_DIVERGENCE, float(hurt)))]  # fmt: skip
     stray = [dict(r, run_id=f"ln-{r['run_id']}", layer_norm=True, final_return=450.0) for r in runs[-30:]]
-    text = finding_rerun({"replay_ratio-rerun_cartpole": (pd.DataFrame(runs + stray), pd.DataFrame(hist))}).text
+    lr_runs = pd.DataFrame([dict(r, lr=lr, run_id=f"{lr}-{r['run_id']}") for r in runs[-30:-20] for lr in (1e-3, 2.3e-3)])
+    lr_hist = pd.DataFrame([dict(h, run_id=f"{lr}-{h['run_id']}") for h in hist[-120:-80] for lr in (1e-3, 2.3e-3)])
+    text = finding_rerun({"replay_ratio-rerun_cartpole": (pd.DataFrame(runs + stray), pd.DataFrame(hist))},
+                         (lr_runs, lr_hist)).text  # fmt: skip
+    assert "| 4 | 0.0023 | 10 | 294 [" in text and "| 4 | 0.001 | 10 | 294 [" in text, text  # the rate check's cells
     verdict = {line.split("|")[1].strip(): line.split("|")[-2].strip() for line in text.splitlines()
                if line.startswith(("| final return", "| AUC"))}  # fmt: skip
     assert verdict["final return, target in updates: UTD 4 minus 1"] == "worse", text
