@@ -22,7 +22,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from analysis import calibration, parallel, replay_polyak, replay_ratio, replay_variants, workers, writers  # noqa: E402
+from analysis import (  # noqa: E402
+    calibration,
+    parallel,
+    replay_polyak,
+    replay_ratio,
+    replay_ratio_rerun,
+    replay_variants,
+    workers,
+    writers,
+)
 from analysis.export import read_study  # noqa: E402
 from analysis.family import recorded_families  # noqa: E402
 from analysis.findings_common import DataFinding, Finding, Studies  # noqa: E402
@@ -39,6 +48,7 @@ DATA_FINDINGS: dict[str, DataFinding] = {
     "target_period": replay_variants.TARGET_PERIOD_FINDING,
     "replay_prioritized": replay_variants.PRIORITIZED_FINDING,
     "replay_polyak": replay_polyak.FINDING,
+    "replay_ratio_rerun": replay_ratio_rerun.FINDING,
 }
 """The findings computed from the data committed under ``docs/data`` (:mod:`analysis.export`), by the name
 of their block on the page. A finding is a module that declares its studies, its family, its A/A

@@ -223,8 +223,8 @@ def _draw(axrow, runs: pd.DataFrame, hist: pd.DataFrame, title: str) -> None:
     keyed = runs.assign(cell=[f"UTD {r.utd:g}, in {_unit(r.target_unit)}" for r in runs.itertuples()])
     curves = curve_cells(hist, keyed, M.EVAL_RETURN_MEAN, "cell")
     for cell, c in curves.groupby("cell"):
-        axrow[2].plot(c[M.ENV_STEPS], c["iqm"], ls="-" if "env steps" in cell else "--", label=cell)
-        axrow[2].fill_between(c[M.ENV_STEPS], c["low"], c["high"], alpha=0.15)
+        (line,) = axrow[2].plot(c[M.ENV_STEPS], c["iqm"], ls="-" if "env steps" in cell else "--", label=cell)
+        axrow[2].fill_between(c[M.ENV_STEPS], c["low"], c["high"], color=line.get_color(), alpha=0.15)
     axrow[2].set(xlabel="env steps", ylabel="greedy return (IQM over seeds, 95% CI)", title=title)
     axrow[2].legend(fontsize=7)
 

@@ -134,6 +134,13 @@ HEADLINES = [
                                        "UTD trend, Polyak, tau per env step (return per doubling of UTD)"),
              "better", "CartPole-v1 and Acrobot-v1, 20k env steps, 10 seeds",
              "#4d-does-a-polyak-target-change-finding-4s-answer"),
+    Headline("4r", "With seeds enough to tell, what does a higher UTD do on CartPole?",
+             "With the copy rate held, UTD 1 scored worse than 0.25 at 50k env steps; with the period in updates "
+             "the same step read better (0.25 then copies 4x less often). UTD 4 not yet run.", "replay_ratio_rerun",
+             contrast("rerun at power, replay_ratio-rerun_cartpole",
+                      "final return, target in env steps: UTD 1 minus 0.25"), "worse",
+             "CartPole-v1, 50k env steps, 110 seeds",
+             "#4r-finding-4-at-power-what-does-a-higher-utd-do-with-seeds-enough-to-tell"),
     Headline("5", "How many env steps to a greedy return of 475 on CartPole?",
              "More than 20k in every cell of finding 4.", "replay_ratio", time_to_475, "reached in 0 of 24 cells",
              SETTING, "#5-how-many-env-steps-to-a-greedy-return-of-475-on-cartpole-v1"),

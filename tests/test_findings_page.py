@@ -42,9 +42,9 @@ def test_no_verdict_word_on_the_page_moves_with_the_bootstrap_generator_seed(pag
     assert len(families) == sum(f.text.count("| Holm p (MC SE) |") for f in made.values())
     moved = []
     for family in families:
-        words = {r["contrast"]: r["verdict"] for r in family.results()}
+        words = {r["contrast"]: r["verdict"] for r in family.results() if not r["missing"]}  # "not run": no word
         for seed in range(1, 10):
-            again = {r["contrast"]: r["verdict"] for r in family.results(seed)}
+            again = {r["contrast"]: r["verdict"] for r in family.results(seed) if not r["missing"]}
             moved += [(family.name, c, w, again[c], seed) for c, w in words.items() if again[c] != w]
     assert moved == []
 
