@@ -37,7 +37,7 @@ from matplotlib.ticker import NullLocator
 from analysis.curves import soft_divergence_counts
 from analysis.family import Family
 from analysis.findings_common import DataFinding, Finding, StudyReader, fmt_ci
-from analysis.replay_ratio import MARGIN, REPS, UNITS, _holm_verdicts, _q, _returns, cell_rows
+from analysis.replay_ratio import MARGIN, REPS, UNITS, _holm_verdicts, _q, _returns, cell_rows, unit_divergence_lines
 from dqnlab.statistics import bootstrap_difference, fisher_exact, trend_draws, trend_slope
 
 STUDY_ENV = {"replay_ratio-polyak": "CartPole-v1", "replay_ratio-polyak_acrobot": "Acrobot-v1"}
@@ -141,14 +141,9 @@ def _env_block(env: str, runs: pd.DataFrame, hist: pd.DataFrame, cells: pd.DataF
                    f"difference of IQMs [95% CI]): {d:+.0f} [{np.quantile(draws, 0.025):.0f}, "
                    f"{np.quantile(draws, 0.975):.0f}]."]  # fmt: skip
     md += ["", contrasts(runs, env).markdown(digits=1)]
-    div = divergence_contrasts(runs, hist)
-    if not div.empty:
-        md += ["", f"Family *soft divergence, Polyak, {env}*: {len(div)} contrasts, seeds soft-diverged at any check "
-               "with tau per env step vs per update, Fisher's exact test, Holm-corrected (alpha 0.05):", "",
-               "| UTD | tau per env step | tau per update | p | Holm p | verdict (per env step) |",
-               "|---|---|---|---|---|---|"]  # fmt: skip
-        md += [f"| {r.utd:g} | {r.env_steps} | {r.updates} | {r.p:.2g} | {r.p_holm:.2g} | {r.verdict} |"
-               for r in div.itertuples()]  # fmt: skip
+    md += unit_divergence_lines(divergence_contrasts(runs, hist), f"soft divergence, Polyak, {env}",
+                                "tau per env step vs per update", ("tau per env step", "tau per update"),
+                                "per env step")  # fmt: skip
     return md
 
 

@@ -134,6 +134,20 @@ def divergence_contrasts(runs: pd.DataFrame, hist: pd.DataFrame) -> pd.DataFrame
     return _holm_verdicts(pd.DataFrame(rows))
 
 
+def unit_divergence_lines(div: pd.DataFrame, family: str, compared: str, columns: tuple[str, str],
+                          verdict_of: str) -> list[str]:  # fmt: skip
+    """One variant's soft-divergence family by unit (:func:`divergence_contrasts`) as Markdown lines: ``compared``
+    says what is compared, ``columns`` name the env-step and update columns, ``verdict_of`` the side the
+    verdict word is about; [] when no contrast was made."""
+    if div.empty:
+        return []
+    return ["", f"Family *{family}*: {len(div)} contrasts, seeds soft-diverged at any check with {compared}, Fisher's "
+            "exact test, Holm-corrected (alpha 0.05):", "",
+            f"| UTD | {columns[0]} | {columns[1]} | p | Holm p | verdict ({verdict_of}) |", "|---|---|---|---|---|---|",
+            *(f"| {r.utd:g} | {r.env_steps} | {r.updates} | {r.p:.2g} | {r.p_holm:.2g} | {r.verdict} |"
+              for r in div.itertuples())]  # fmt: skip
+
+
 def utd_divergence_contrasts(runs: pd.DataFrame, hist: pd.DataFrame) -> pd.DataFrame:
     """The soft-divergence-across-UTD family (module docstring): per variant, with the target period in env
     steps, seeds soft-diverged at any check at each UTD other than 1 and at UTD 1, Fisher's p and its Holm

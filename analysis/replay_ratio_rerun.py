@@ -41,6 +41,7 @@ from analysis.replay_ratio import (
     cell_rows,
     divergence_contrasts,
     time_to_threshold,
+    unit_divergence_lines,
 )
 from dqnlab import metrics as M
 from dqnlab.statistics import bootstrap_ci, bootstrap_difference
@@ -154,14 +155,9 @@ def _study_block(name: str, env: str, base: str, runs: pd.DataFrame, hist: pd.Da
         md += ["", "Pairing (not used; declared unpaired): the correlation over seeds of the final return of the same "
                "seed in the two cells of each contrast, " + "; ".join(f"{c} r = {r:+.2f}" for c, r in pairs.items())
                + ". A paired contrast would narrow a CI by about sqrt(1 - r) where r > 0."]  # fmt: skip
-    div = divergence_contrasts(runs, hist)
-    if not div.empty:
-        md += ["", f"Family *soft divergence, rerun, {name}*: {len(div)} contrasts, seeds soft-diverged at any check "
-               "with the target in env steps vs in updates, Fisher's exact test, Holm-corrected (alpha 0.05):", "",
-               "| UTD | target in env steps | target in updates | p | Holm p | verdict (env steps) |",
-               "|---|---|---|---|---|---|"]  # fmt: skip
-        md += [f"| {r.utd:g} | {r.env_steps} | {r.updates} | {r.p:.2g} | {r.p_holm:.2g} | {r.verdict} |"
-               for r in div.itertuples()]  # fmt: skip
+    md += unit_divergence_lines(divergence_contrasts(runs, hist), f"soft divergence, rerun, {name}",
+                                "the target in env steps vs in updates", ("target in env steps", "target in updates"),
+                                "env steps")  # fmt: skip
     if env == "CartPole-v1":
         reached = time_to_threshold(runs, hist, 475.0)
         md += ["", "Env steps to a greedy return of 475 (the first evaluation whose IQM over seeds reaches it; held: "
