@@ -26,6 +26,42 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+class CaughtSignal:
+    """The signal :func:`interrupts_recorded` caught, if any (``signum``)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    def reraise(self) -> None:
+        """KeyboardInterrupt if a signal was caught: for a loop to call at a point of its own, so an interrupt
+        whose first raise was swallowed (CPython drops an exception raised inside a finalizer) still stops it."""
+        if self.signum is not None:
+            raise KeyboardInterrupt(signal.Signals(self.signum).name)
+
+
+@contextlib.contextmanager
+def interrupts_recorded() -> Iterator[CaughtSignal]:
+    """Inside the block, SIGTERM (and SIGINT where Python's default handler has it) raise KeyboardInterrupt
+    and are recorded on the yielded :class:`CaughtSignal`, which the caller checks again at its own points.
+    Only the main thread can install handlers; elsewhere nothing is caught."""
+    caught = CaughtSignal()
+    if threading.current_thread() is not threading.main_thread():
+        yield caught
+        return
+
+    def handler(signum, frame):
+        caught.signum = signum
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    signals = [signal.SIGTERM] + ([signal.SIGINT] if signal.getsignal(signal.SIGINT) is signal.default_int_handler else [])
+    previous = {s: signal.signal(s, handler) for s in signals}
+    try:
+        yield caught
+    finally:
+        for s, old in previous.items():
+            signal.signal(s, old)
+
+
 class InterruptGate:
     """Ctrl-C and SIGTERM, delivered as KeyboardInterrupt only where the gate is open: while it is closed
     a signal waits, and is raised when the gate opens or once the closed block ends. A sweep's worker keeps

@@ -20,7 +20,7 @@ from dqnlab.engine.result import ReplicaResult, RunFailed, RunResult
 from dqnlab.engine.sampler import Sampler
 from dqnlab.engine.window import MetricsWindow
 from dqnlab.metrics import ENV_STEPS, UPDATES
-from dqnlab.signals import sigterm_as_interrupt
+from dqnlab.signals import CaughtSignal, interrupts_recorded
 from dqnlab.threads import learner_cpu
 from dqnlab.tracking.callbacks import CallbackList
 
@@ -36,6 +36,7 @@ class LearnerLoop:
     def __init__(self, parts: EngineParts, callbacks: CallbackList):
         self.parts = parts
         self.cb = callbacks
+        self.caught = CaughtSignal()  # the run's SIGINT/SIGTERM, once caught (set by run)
         self.window = MetricsWindow(parts, self.writer_counts)
         self.evaluator = EvalSchedule(parts.config, parts.spec)
         r = parts.config.run
@@ -57,7 +58,7 @@ class LearnerLoop:
         result); KeyboardInterrupt (SIGINT/SIGTERM) re-raised after a clean stop."""
         self.t0 = time.monotonic()
         self.cb.on_start(self.parts.config)
-        with sigterm_as_interrupt(), learner_cpu(self.parts.config.run.learner_threads):
+        with interrupts_recorded() as self.caught, learner_cpu(self.parts.config.run.learner_threads):
             try:
                 self.parts.pool.start()
                 status = self._finish(self._loop())
@@ -120,6 +121,7 @@ class LearnerLoop:
             now = time.monotonic()
             if now >= next_housekeeping:
                 next_housekeeping = now + HOUSEKEEPING_S
+                self.caught.reraise()  # a signal whose raise was swallowed still stops the run
                 if health is not None:
                     health()
                 self.cb.on_progress(replay.env_steps, learner.updates, total, now - self.t0)
