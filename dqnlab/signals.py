@@ -8,24 +8,6 @@ import threading
 from collections.abc import Iterator
 
 
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """Inside the block, SIGTERM raises KeyboardInterrupt (clean stop, status ``interrupted``).
-    Only the main thread can install handlers; elsewhere the block runs unchanged."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise KeyboardInterrupt("SIGTERM")
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 class CaughtSignal:
     """The signal :func:`interrupts_recorded` caught, if any (``signum``)."""
 

@@ -238,14 +238,48 @@ def test_an_unreachable_tracking_server_fails_fast_and_opens_no_study(tmp_path):
 def test_sigterm_between_trials_is_the_ctrl_c_path():
     import os
 
-    from dqnlab.signals import sigterm_as_interrupt
+    from dqnlab.signals import interrupts_recorded
 
-    before = signal.getsignal(signal.SIGTERM)
-    with sigterm_as_interrupt():
-        with pytest.raises(KeyboardInterrupt):
-            os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(5)
-    assert signal.getsignal(signal.SIGTERM) is before
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with interrupts_recorded() as caught:
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), sig)
+                time.sleep(5)
+            assert caught.signum == sig
+            with pytest.raises(KeyboardInterrupt):  # asked again, it is raised again
+                caught.reraise()
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+
+
+def test_an_interrupt_whose_raise_is_swallowed_still_stops_a_run():
+    """CPython drops an exception raised inside a finalizer; here a callback swallows the KeyboardInterrupt
+    of a SIGINT sent to the run's own process. The learner loop raises it again at its next housekeeping
+    point, so the run stops (interrupted) instead of running to its budget."""
+    import os
+
+    from dqnlab.config import Config
+    from dqnlab.engine import train
+
+    seen = []
+
+    class SwallowsTheFirstInterrupt:
+        def on_progress(self, env_steps, *rest):
+            if not seen:
+                seen.append(env_steps)
+                try:
+                    os.kill(os.getpid(), signal.SIGINT)
+                    time.sleep(5)  # the handler runs here and raises; swallowed below
+                except KeyboardInterrupt:
+                    seen.append("swallowed")
+
+        def __getattr__(self, name):
+            return lambda *args, **kwargs: None
+
+    config = Config.from_flat(dict(total_env_steps=20_000, mode="serial", eval_every_steps=0))
+    with pytest.raises(KeyboardInterrupt):
+        train(config, [SwallowsTheFirstInterrupt()])
+    assert seen[1] == "swallowed"
 
 
 def test_sigterm_to_a_multi_process_sweep_stops_every_process_and_a_rerun_completes(tmp_path):

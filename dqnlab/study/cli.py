@@ -11,7 +11,7 @@ from typing import Any, get_origin
 
 from dqnlab.config import ConfigError
 from dqnlab.config_text import field_types, text_parser
-from dqnlab.signals import sigterm_as_interrupt
+from dqnlab.signals import interrupts_recorded
 from dqnlab.study.runner import run_sweep
 from dqnlab.study.spec import VARIANT, SweepError, SweepSpec, estimate_trial_s, point_key, validate_spec
 from dqnlab.study.storage import SweepFailed, SweepLocations, locations, without_password
@@ -167,7 +167,7 @@ def sweep_main(sweep: str, presets: dict[str, Any], default_preset: str, objecti
     from dqnlab.tracking.mlflow_runs import TrackingError
 
     try:
-        with sigterm_as_interrupt():
+        with interrupts_recorded():
             summary = run_sweep(spec, loc, jobs=jobs, quiet=args.quiet, heartbeat_s=args.heartbeat_s,
                                 grace_s=args.grace_s)  # fmt: skip
     except (SweepError, ConfigError) as exc:

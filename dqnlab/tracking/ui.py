@@ -151,11 +151,11 @@ def main(argv: list[str] | None = None) -> int:
 def serve(cmd: list[str]) -> int:
     """Run the server in its own process group until it exits or this process gets Ctrl-C or SIGTERM;
     then stop the whole group (``mlflow server`` runs uvicorn as a child of its own)."""
-    from dqnlab.signals import sigterm_as_interrupt
+    from dqnlab.signals import interrupts_recorded
 
     proc = subprocess.Popen(cmd, env=server_env(), start_new_session=True)
     try:
-        with sigterm_as_interrupt():
+        with interrupts_recorded():
             return proc.wait()
     except KeyboardInterrupt:
         return 130
