@@ -12,13 +12,13 @@ DATA, PAGE = ROOT / "docs" / "data", ROOT / "docs" / "findings.md"
 
 @pytest.fixture(scope="module")
 def page_findings():
-    """Every data finding of the page, computed once from the committed data, with the families made."""
+    """Every data finding of the page, computed once from the committed data."""
     import matplotlib.pyplot as plt
 
     from analysis import findings
 
     made = findings.data_findings(DATA, list(findings.DATA_FINDINGS))
-    yield made, [family for finding in made.values() for family in finding.families]
+    yield made
     for finding in made.values():
         plt.close(finding.figure)
 
@@ -28,25 +28,10 @@ def test_every_generated_table_on_the_findings_page_is_what_the_committed_data_g
     the data gives, and no block is left whose data is gone."""
     from analysis import findings
 
-    made, _ = page_findings
+    made = page_findings
     pages = findings.read_pages(PAGE)
     assert findings.with_blocks(pages, findings.page_blocks(made))[1] == []
     assert [n for n in findings.DATA_FINDINGS if n not in made and findings.holder(pages, n) is not None] == []
-
-
-def test_no_verdict_word_on_the_page_moves_with_the_bootstrap_generator_seed(page_findings):
-    """A verdict word is a claim: every family's words are the same from 10 generator seeds (each seed draws
-    every contrast afresh, refined near its thresholds as the page's are). Every family on the page is one
-    checked here."""
-    made, families = page_findings
-    assert len(families) == sum(f.text.count("| Holm p (MC SE) |") for f in made.values())
-    moved = []
-    for family in families:
-        words = {r["contrast"]: r["verdict"] for r in family.results() if not r["missing"]}  # "not run": no word
-        for seed in range(1, 10):
-            again = {r["contrast"]: r["verdict"] for r in family.results(seed) if not r["missing"]}
-            moved += [(family.name, c, w, again[c], seed) for c, w in words.items() if again[c] != w]
-    assert moved == []
 
 
 def test_the_page_answers_each_finding_in_a_screen_and_its_appendix_holds_the_record():

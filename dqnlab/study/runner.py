@@ -125,7 +125,14 @@ def worker_loop(args: WorkerArgs, report=None) -> None:
     from dqnlab.engine.fresh_process import Outcome, TrialOutcome, TrialRequest, run_trial
     from dqnlab.metrics import OBJECTIVE, display_key
     from dqnlab.study.claims import claim_grid_point
-    from dqnlab.tracking.mlflow_runs import MlflowClient, MlflowRunTracker, ReplicaRuns, TrackingError, start_trial_run
+    from dqnlab.tracking.mlflow_runs import (
+        MlflowClient,
+        MlflowRunTracker,
+        ReplicaRuns,
+        TrackingError,
+        flush_interval_s,
+        start_trial_run,
+    )
 
     spec = args.spec
     study = optuna.load_study(study_name=spec.study_name, storage=make_storage(args.loc.storage, args.heartbeat_s,
@@ -211,7 +218,10 @@ def worker_loop(args: WorkerArgs, report=None) -> None:
             return []
 
     def _runs(run_ids: list[str]) -> ReplicaRuns | None:
-        return ReplicaRuns([MlflowRunTracker(client, r, params_logged=True) for r in run_ids]) if run_ids else None
+        if not run_ids:
+            return None
+        every_s = flush_interval_s(len(run_ids))
+        return ReplicaRuns([MlflowRunTracker(client, r, flush_every_s=every_s, params_logged=True) for r in run_ids])
 
     def record(trial, config: Config, tracker: ReplicaRuns | None, outcome: TrialOutcome) -> float:
         """The one place a trial's status is written: the outcome recorded, what it left open closed, and
