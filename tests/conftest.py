@@ -26,6 +26,17 @@ import pytest
 
 pytest_plugins = ["pytester"]
 
+
+def pytest_configure(config) -> None:
+    """Every process of the suite (the controller and each xdist worker) holds SIGINT as a terminal's Python
+    does, Python's default handler, whatever its launcher did: a shell without job control starts a
+    background job with SIGINT ignored, an ignored signal is inherited by every child, and the tests that
+    send SIGINT to a run (in-process or to a command they start) would find it ignored (a run started
+    with SIGINT ignored keeps ignoring it, as it should: ``dqnlab.signals``). Before this, such a launch
+    failed those tests in whichever worker had not yet run a test that reset the handler."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
 TAG = "DQNLAB_TEST_TAG"
 
 

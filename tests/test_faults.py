@@ -5,6 +5,7 @@ Every case must end in a recorded state within bounded time, with no process lef
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import sqlite3
@@ -74,6 +75,17 @@ def test_a_hung_actor_fails_the_run_once_its_heartbeat_is_older_than_the_timeout
     assert silent_s >= 2.0  # never before the timeout: a slow actor is not called hung
 
 
+def signal_state(pid: int) -> dict[str, list[str]]:
+    """Which signals process ``pid`` blocks, ignores, catches and has pending (``/proc/PID/status``)."""
+    state = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt"):
+            bits = int(value, 16)
+            state[key] = [signal.Signals(n).name for n in (signal.SIGINT, signal.SIGTERM) if bits >> (n - 1) & 1]
+    return state
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signal_to_a_training_run_stops_it_cleanly(tmp_path, sig):
     marker = f"dqnlab-marker-{uuid.uuid4().hex[:8]}"
@@ -86,9 +98,14 @@ def test_signal_to_a_training_run_stops_it_cleanly(tmp_path, sig):
     while len(pids_with(marker)) < 3 and time.monotonic() < deadline:  # learner + 2 actors
         time.sleep(0.1)
     time.sleep(1.0)
+    before = signal_state(proc.pid)  # how the run's process holds the signal as it is sent
     proc.send_signal(sig)
     start = time.monotonic()
-    _, err = proc.communicate(timeout=120)  # a hang detector
+    try:
+        _, err = proc.communicate(timeout=120)  # a hang detector
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"{sig!r} did not stop the run; its process held the signal {before} when it was sent, "
+                             f"{signal_state(proc.pid)} now; this test process: {signal_state(os.getpid())}") from None
     print(f"signal {sig!r} to dqnlab.train: exit {proc.returncode} after {time.monotonic() - start:.2f} s")
     assert proc.returncode == 130, err[-2000:]
     assert _gone(lambda: pids_with(marker)), "actor processes outlived the run"
