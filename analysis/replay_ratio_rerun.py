@@ -136,7 +136,8 @@ def _study_block(name: str, env: str, base: str, runs: pd.DataFrame, hist: pd.Da
         md.append(f"| {r.utd:g} | {_unit(r.target_unit)} | {r.n} | {fmt_ci(*r.final)} | {fmt_ci(*r.auc)} | "
                   f"{r.diverged[0]}/{r.n} / {r.diverged[1]}/{r.n} | {_q(r.q_max)} | {_count(r.target_updates)} | "
                   f"{minutes.get((r.utd, r.target_unit), float('nan')):.0f} |")  # fmt: skip
-    md += ["", f"Cost: {minutes.sum():.0f} min for the {len(minutes)} trials, one after the other."]
+    md += ["", f"Cost: {minutes.sum():.0f} min of trial wall time for the {len(minutes)} trials (summed; trials "
+           "run side by side overlap in the clock)."]
     a_a = [_returns(runs[(runs["utd"] == 1.0) & (runs["target_unit"] == unit)]) for unit in ("env_steps", "updates")]
     if all(len(x) for x in a_a):
         d, draws = bootstrap_difference(*a_a, reps=REPS)
