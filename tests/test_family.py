@@ -285,7 +285,7 @@ def test_finding_4r_contrasts_each_utd_with_its_neighbours_on_final_return_and_a
     assert verdict["final return, UTD 0.25: target in env steps minus in updates"] == "equivalent", text
     assert "Family *rerun at power, replay_ratio-rerun_cartpole*: 10 contrasts" in text
     assert "| 4 | 0/30 | 30/30 |" in text and "| fewer |" in text, text
-    assert "Cost: 105 min of trial wall time for the 6 trials" in text, text  # 10, 10, 40 min a unit: wall time from the runs' rates
+    assert "Cost: 105 min of trial wall time for the 6 trials" in text, text  # 10, 10, 40 min a unit
     r = float(text.split("UTD 1 vs 0.25 in updates r = ")[1].split(";")[0])
     assert 0.8 < r < 1.0, text  # the seed effect's share of the spread, seen by seed
     assert "| 4 | updates | 30 | 149 [" in text and "| 4 | env steps | 30 |" in text, text  # LayerNorm's 30 left out
