@@ -122,13 +122,23 @@ class LayerNorm:
         return p["weight"].unsqueeze(1), p["bias"].unsqueeze(1)
 
     def forward(self, s: tuple, z: torch.Tensor) -> tuple[torch.Tensor, object]:
-        y, mean, rstd = torch.native_layer_norm(z, z.shape[-1:], None, None, LN_EPS)
-        return torch.addcmul(s[1], y, s[0]), (z, y, mean, rstd)
+        # normalised in place: z is the previous layer's fresh output, which it does not save (layers save
+        # inputs); half the time of aten's layer_norm kernel on (K, B, 64) (docs/performance.md)
+        z.sub_(z.mean(-1, keepdim=True))
+        rstd = torch.linalg.vector_norm(z, dim=-1, keepdim=True).square_().div_(z.shape[-1]).add_(LN_EPS).rsqrt_()
+        y = z.mul_(rstd)
+        return torch.addcmul(s[1], y, s[0]), (y, rstd)
 
     def backward(self, s: tuple, saved: tuple, d_out: torch.Tensor, need_input: bool) -> tuple:
-        z, y, mean, rstd = saved
+        y, rstd = saved
         grads = ((d_out * y).sum(1), d_out.sum(1))
-        return layer_norm_input_backward(d_out * s[0], z, mean, rstd) if need_input else None, grads
+        if not need_input:
+            return None, grads
+        # aten's kernel on the normalised y (mean 0, rstd 1) gives dL/dz / rstd; d_out is the next layer's
+        # fresh gradient (ReLU's backward wrote into it), so it takes dL/dy in place
+        unit = torch.ones_like(rstd)
+        dz = layer_norm_input_backward(d_out.mul_(s[0]), y, unit.sub(1.0), unit)
+        return dz.mul_(rstd), grads
 
     @staticmethod
     def np_forward(p: dict[str, np.ndarray], h: np.ndarray, relu: bool = False) -> np.ndarray:
