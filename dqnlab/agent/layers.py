@@ -29,6 +29,10 @@ from dqnlab.agent.aten_ops import conv2d_backward, layer_norm_input_backward, re
 from dqnlab.config import ConfigError
 
 LN_EPS = 1e-5
+NARROW = 16
+"""A product whose result has fewer columns than this is computed transposed: MKL's batched sgemm runs a
+``(B, 64) x (64, 2)`` head at ~10% of this core's peak and ``(2, 64) x (64, B)`` ~3x faster; likewise the weight
+gradient of a 4-input layer (``docs/performance.md``)."""
 
 
 @dataclass(frozen=True)
@@ -83,10 +87,14 @@ class Linear:
         return w, w.transpose(1, 2), p["bias"].unsqueeze(1)
 
     def forward(self, s: tuple, h: torch.Tensor) -> tuple[torch.Tensor, object]:
+        if self.out_features < NARROW:  # a head: (W h^T)^T, made contiguous for the argmax and gather after it
+            return torch.bmm(s[0], h.transpose(1, 2)).transpose(1, 2).add_(s[2]).contiguous(), h
         return torch.bmm(h, s[1]).add_(s[2]), h  # bmm then add_: no broadcast copy of the bias (baddbmm's)
 
     def backward(self, s: tuple, h: torch.Tensor, dz: torch.Tensor, need_input: bool) -> tuple:
         dh = torch.bmm(dz, s[0]) if need_input else None
+        if self.in_features < NARROW:  # the observation layer: (h^T dz)^T
+            return dh, (torch.bmm(h.transpose(1, 2), dz).transpose(1, 2), dz.sum(1))
         return dh, (torch.bmm(dz.transpose(1, 2), h), dz.sum(1))
 
     @staticmethod
