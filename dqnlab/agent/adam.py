@@ -27,6 +27,8 @@ class StackedAdam:
         self.exp_avg_sq = torch.zeros_like(params)
         self.beta1_power = torch.ones(params.shape[1], dtype=torch.float64, device=params.device)
         self.beta2_power = torch.ones_like(self.beta1_power)
+        self._denom = torch.empty_like(params)  # the step's two (K, P) temporaries, written in place each step
+        self._move = torch.empty_like(params)
 
     def step(self, grads: torch.Tensor) -> None:
         """One Adam step of every row on ``grads`` ``(K, P)``."""
@@ -35,8 +37,8 @@ class StackedAdam:
         bias2_sqrt = (1.0 - self.beta2_power.mul_(beta2)).sqrt_().to(self.params.dtype)
         self.exp_avg.lerp_(grads, 1.0 - beta1)
         self.exp_avg_sq.mul_(beta2).addcmul_(grads, grads, value=1.0 - beta2)
-        denom = (self.exp_avg_sq.sqrt() / bias2_sqrt).add_(self.eps)
-        self.params.addcdiv_(self.exp_avg * step_size, denom, value=-1.0)
+        denom = torch.sqrt(self.exp_avg_sq, out=self._denom).div_(bias2_sqrt).add_(self.eps)
+        self.params.addcdiv_(torch.mul(self.exp_avg, step_size, out=self._move), denom, value=-1.0)
 
     def clear(self, columns: slice) -> None:
         """Forget the state of ``columns`` in every row: zero moments, step count 0."""
