@@ -22,6 +22,7 @@ import pytest
 from procs import pids_with
 from stores import wait_for_open_trial_runs
 
+from dqnlab import metrics as M
 from dqnlab.config import Config
 from dqnlab.config_text import field_types
 from dqnlab.engine import RunFailed, train
@@ -297,6 +298,44 @@ def test_an_interrupt_whose_raise_is_swallowed_still_stops_a_run():
     with pytest.raises(KeyboardInterrupt):
         train(config, [SwallowsTheFirstInterrupt()])
     assert seen[1] == "swallowed"
+
+
+def test_an_interrupt_whose_raise_is_swallowed_still_stops_a_sweep(tmp_path, monkeypatch):
+    """CPython only prints an exception raised inside a finalizer or weakref callback, and SQLAlchemy runs
+    such callbacks inside the store's calls: a Ctrl-C landing there was lost and the sweep ran on (seen under
+    load: `exit 0` after SIGINT). Here the creation of the trial's first run swallows the KeyboardInterrupt
+    of a SIGINT sent to the sweep's own process; the sweep raises it again before the trial process starts,
+    so it stops, the trial is marked interrupted and its run closed."""
+    from mlflow.tracking import MlflowClient
+
+    from dqnlab.study.runner import run_sweep
+    from dqnlab.study.spec import SweepSpec
+    from dqnlab.study.storage import locations
+    from dqnlab.tracking import mlflow_runs
+
+    real, seen = mlflow_runs.start_trial_run, []
+
+    def swallows_the_first_interrupt(*args, **kwargs):
+        run_id = real(*args, **kwargs)
+        if not seen:
+            seen.append(run_id)
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(5)  # the handler runs here and raises; swallowed below
+            except KeyboardInterrupt:
+                seen.append("swallowed")
+        return run_id
+
+    monkeypatch.setattr(mlflow_runs, "start_trial_run", swallows_the_first_interrupt)
+    spec = SweepSpec("swallow", "swallow-test", dict(total_env_steps=20_000, learning_starts=100, batch_size=32,
+                     probe_size=32, hidden_sizes=(16,), eval_every_steps=0, num_workers=1), {"utd": [1.0]})  # fmt: skip
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(spec, locations(tmp_path, None, None), quiet=True)
+    assert seen[1:] == ["swallowed"]
+    assert [(state, attrs.get("status")) for state, attrs in _trial_attrs(tmp_path)] == [("FAIL", "interrupted")]
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run = client.get_run(seen[0])
+    assert run.info.status == "KILLED" and not client.get_metric_history(run.info.run_id, M.display_key(M.TD_LOSS))
 
 
 def test_sigterm_to_a_multi_process_sweep_stops_every_process_and_a_rerun_completes(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 
@@ -33,3 +34,17 @@ def test_a_signal_while_the_gate_is_closed_waits_for_the_trial_or_the_end_of_the
         with pytest.raises(KeyboardInterrupt):  # open: at once
             os.kill(os.getpid(), sig)
     assert signal.getsignal(sig) is before
+
+
+def test_a_signal_raised_while_the_gate_is_open_is_raised_again_by_check_if_its_raise_was_swallowed():
+    """An interrupt raised inside a finalizer is only printed by CPython; the sweep calls ``check`` at points of
+    its own, which raises it again. With no signal, ``check`` does nothing."""
+    with gated_interrupts() as gate:
+        gate.check()
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)  # the handler runs here and raises
+        except KeyboardInterrupt:
+            pass  # swallowed, as a finalizer's would be
+        with pytest.raises(KeyboardInterrupt):
+            gate.check()

@@ -165,6 +165,7 @@ def worker_loop(args: WorkerArgs, report=None) -> None:
             report(ProgressEvent("start", args.job, trial.number, label=label, cost_s=estimate_trial_s(config)))
             started = True
             progress = _TrialProgress(report, args.job, trial.number)
+            gate.check()  # an interrupt swallowed while the runs were created stops the trial before it starts
             # quiet: the trial process prints nothing; the sweep's display shows its progress
             outcome = run_trial(TrialRequest(config, True, gym.spec(config.env.env_id)), [tracker, progress])
         except KeyboardInterrupt:
@@ -264,6 +265,7 @@ def worker_loop(args: WorkerArgs, report=None) -> None:
             while study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
                 with gate.closed():  # Optuna makes the trial RUNNING and tells its end with signals held
                     study.optimize(objective, n_trials=1, catch=(TrialFailed,), gc_after_trial=False)
+                gate.check()  # one swallowed after the trial ran (its record is kept) stops the sweep here
         except Exception as exc:
             cause = storage_failure(exc)
             if cause is None:
