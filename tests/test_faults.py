@@ -270,12 +270,20 @@ def test_sigterm_between_trials_is_the_ctrl_c_path():
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
 
 
+def _interrupt_this_process_and_swallow_it(seen: list) -> None:
+    """SIGINT to this process, its KeyboardInterrupt swallowed here (as CPython swallows one raised inside a
+    finalizer); ``seen`` gets ``"swallowed"``."""
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)  # the handler runs here and raises; swallowed below
+    except KeyboardInterrupt:
+        seen.append("swallowed")
+
+
 def test_an_interrupt_whose_raise_is_swallowed_still_stops_a_run():
     """CPython drops an exception raised inside a finalizer; here a callback swallows the KeyboardInterrupt
     of a SIGINT sent to the run's own process. The learner loop raises it again at its next housekeeping
     point, so the run stops (interrupted) instead of running to its budget."""
-    import os
-
     from dqnlab.config import Config
     from dqnlab.engine import train
 
@@ -285,11 +293,7 @@ def test_an_interrupt_whose_raise_is_swallowed_still_stops_a_run():
         def on_progress(self, env_steps, *rest):
             if not seen:
                 seen.append(env_steps)
-                try:
-                    os.kill(os.getpid(), signal.SIGINT)
-                    time.sleep(5)  # the handler runs here and raises; swallowed below
-                except KeyboardInterrupt:
-                    seen.append("swallowed")
+                _interrupt_this_process_and_swallow_it(seen)
 
         def __getattr__(self, name):
             return lambda *args, **kwargs: None
@@ -319,11 +323,7 @@ def test_an_interrupt_whose_raise_is_swallowed_still_stops_a_sweep(tmp_path, mon
         run_id = real(*args, **kwargs)
         if not seen:
             seen.append(run_id)
-            try:
-                os.kill(os.getpid(), signal.SIGINT)
-                time.sleep(5)  # the handler runs here and raises; swallowed below
-            except KeyboardInterrupt:
-                seen.append("swallowed")
+            _interrupt_this_process_and_swallow_it(seen)
         return run_id
 
     monkeypatch.setattr(mlflow_runs, "start_trial_run", swallows_the_first_interrupt)
