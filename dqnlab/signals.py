@@ -54,11 +54,11 @@ class InterruptGate:
     def __init__(self) -> None:
         self.is_open = True
         self.pending: int | None = None
-        self.raised: int | None = None  # a signal raised while open: its raise may have been swallowed
+        self.raised = CaughtSignal()  # a signal raised while open: its raise may have been swallowed
 
     def handler(self, signum, frame) -> None:
         if self.is_open:
-            self.raised = signum
+            self.raised.signum = signum
             raise KeyboardInterrupt(signal.Signals(signum).name)
         self.pending = signum
 
@@ -67,8 +67,7 @@ class InterruptGate:
         its own, so an interrupt whose raise CPython swallowed (raised inside a finalizer or a weakref callback,
         such as SQLAlchemy's, it is only printed) still stops the sweep. Called only where no raise of it can
         have been handled already (a handled one ends the sweep)."""
-        if self.raised is not None:
-            raise KeyboardInterrupt(signal.Signals(self.raised).name)
+        self.raised.reraise()
 
     def _deliver(self) -> None:
         if self.pending is not None:
