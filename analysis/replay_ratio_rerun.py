@@ -28,6 +28,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from analysis.cells import axes, cell_label
 from analysis.curves import auc_of, curve_cells, soft_divergence_counts
 from analysis.family import Family
 from analysis.findings_common import DataFinding, Finding, StudyReader, fmt_ci, stacked
@@ -53,7 +54,8 @@ STUDIES = {"replay_ratio-rerun_cartpole": ("CartPole-v1", "RL Zoo base"),
 PARTS = ("utd0.25_1", "utd4")
 """A rerun study may run as two studies of its own, ``<study>-utd0.25_1`` and ``<study>-utd4`` (``--axis utd=...``
 ``--study-name``: the same config and seeds per cell; the cheap cells first), read together while the full
-study is absent."""
+study is absent. A part too long for one sitting runs its cells as seed blocks (``--set replicas=K --axis
+seed=0,K,2K,...``: one trial a block, resumed block by block; the cell pools its blocks' seeds)."""
 LR_STUDY = "replay_ratio-rerun_lr_check"
 """Three learning rates per UTD on tuning seeds (``--preset rerun_lr_check``): is a UTD effect a step-size effect?"""
 NEIGHBOURS = ((1.0, 0.25), (4.0, 1.0))
@@ -233,7 +235,14 @@ def by_study(present: dict[str, tuple[pd.DataFrame, pd.DataFrame]]) -> dict[str,
     for name in STUDIES:
         parts = [present[name]] if name in present else [present[p] for p in _parts(name) if p in present]
         if parts:
-            out[name] = stacked(dict(enumerate(parts)))
+            runs, hist = stacked(dict(enumerate(parts)))
+            cell = list(dict.fromkeys(["utd", "target_unit", *axes(runs)]))
+            twice = runs[runs.duplicated([*cell, "seed"], keep=False)]
+            if not twice.empty:  # parts overlap (a UTD or a seed block run twice): a seed would count twice
+                first = twice.iloc[0]
+                raise ValueError(f"{name}: seed {first['seed']} of cell {cell_label(first, cell)} is in "
+                                 f"{sorted(set(twice['study']))}; each seed of a cell must come from one part")  # fmt: skip
+            out[name] = runs, hist
     return out
 
 

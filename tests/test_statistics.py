@@ -112,3 +112,30 @@ def test_the_seeds_for_a_half_width_scale_the_pilots_bootstrap_half_width_by_one
             seeds_for_half_width(bad, 25)
     with pytest.raises(ValueError, match="half_width"):
         seeds_for_half_width([x], 0)
+
+
+def test_a_trials_estimated_time_is_within_1_5x_of_every_committed_serial_trials_wall_time():
+    """The dry run's time (and the sweep's queue order and remaining time) come from
+    :func:`dqnlab.study.spec.estimate_trial_s`; checked against what the committed serial studies of finding 4r
+    took (``docs/data``: each seed run's env steps over its env steps per second is its trial's wall time), at
+    10 and 110 replicas, UTD 0.25 to 4, batch 64 and 128. A model that missed the replicas, the batch or the
+    UTD would be off by 2x somewhere here (the previous model read 0.41-0.94x; this one 0.77-1.31x)."""
+    import json
+    from pathlib import Path
+
+    import pandas as pd
+
+    from dqnlab.config import Config
+    from dqnlab.study.spec import estimate_trial_s
+
+    ratios, replicas = {}, set()
+    for path in sorted((Path(__file__).resolve().parent.parent / "docs" / "data").glob("replay_ratio-rerun_*.runs.csv.gz")):
+        runs = pd.read_csv(path)
+        for (study, trial), g in runs.groupby(["study", "trial_number"]):
+            flat = {**json.loads(g["config"].iloc[0]), "replicas": len(g)}  # a child run's config is one replica's
+            wall_s = (g["final_env_steps"] / g["final_env_steps_per_s_total"]).median()
+            ratios[f"{study} #{trial}"] = estimate_trial_s(Config.from_flat(flat)) / wall_s
+            replicas.add(len(g))
+    assert len(ratios) >= 19 and replicas >= {10, 110}
+    off = {k: round(r, 2) for k, r in ratios.items() if not 0.67 <= r <= 1.5}
+    assert not off, off

@@ -158,6 +158,35 @@ def test_seeds_are_replicas_one_child_run_per_seed_and_one_row_per_seed_in_analy
     assert len(table) == 6 and table.groupby("utd")["seed"].apply(sorted).tolist() == [[0, 1, 2], [0, 1, 2]]
 
 
+def test_a_cell_split_into_seed_blocks_is_the_cell_run_as_one_trial(tmp_path, capsys):
+    """In serial mode a replica's run depends on its seed alone, so a cell too long for one sitting runs as
+    blocks of seeds (a seed axis with replicas K: trials of seeds ``seed .. seed+K-1``, resumed block by block)
+    and the analysis pools them: the cell has the same seeds, final returns and greedy curves as one trial of
+    all of them. Blocks that overlap (a seed counted twice) are refused before anything runs."""
+    from analysis.cells import axes
+    from analysis.load import load
+
+    common = ["--preset", "smoke", "--quiet", "--no-report", "--results", str(tmp_path), "--axis", "utd=1",
+              "--set", "mode=serial"]  # fmt: skip
+    assert sweep_here("utd", [*common, "--set", "replicas=3", "--axis", "seed=0,2", "--study-name", "bad"]) == 2
+    assert "seed: blocks 0..2 and 2.. overlap" in capsys.readouterr().err
+    assert sweep_here("utd", [*common, "--seeds", "4", "--study-name", "whole"]) == 0
+    assert sweep_here("utd", [*common, "--set", "replicas=2", "--axis", "seed=0,2", "--study-name", "blocks"]) == 0
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    (whole, whole_hist), (blocks, blocks_hist) = load(uri, "utd", "whole"), load(uri, "utd", "blocks")
+    assert blocks["trial_number"].nunique() == 2 and whole["trial_number"].nunique() == 1
+    assert axes(blocks) == [] and sorted(blocks["seed"]) == sorted(whole["seed"]) == [0, 1, 2, 3]  # one cell
+
+    def by_seed(runs, hist):
+        curves = hist[hist["metric"] == M.EVAL_RETURN_MEAN].merge(runs[["run_id", "seed"]], on="run_id")
+        return ({s: r for s, r in zip(runs["seed"], runs["final_return"])},
+                {s: g.sort_values(M.ENV_STEPS)["value"].tolist() for s, g in curves.groupby("seed")})  # fmt: skip
+
+    whole_returns, whole_curves = by_seed(whole, whole_hist)
+    assert by_seed(blocks, blocks_hist) == (whole_returns, whole_curves)
+    assert [len(c) for c in whole_curves.values()] == [3] * 4  # evaluations at 500, 1,000 and 1,500 env steps
+
+
 def test_sigkill_mid_trial_then_rerun_completes_every_point_exactly_once(tmp_path):
     slow = ["--axis", "utd=1,2", "--total-steps", "6000", "--heartbeat-s", "1", "--grace-s", "2", "--seeds", "2"]
     proc = subprocess.Popen([*UTD, *TINY, "--results", str(tmp_path), *slow], cwd=ROOT,

@@ -91,6 +91,27 @@ def validate_spec(spec: SweepSpec) -> None:
                              "grid axis (--axis seed=0,1,2) instead of --seeds")  # fmt: skip
     for env_id in env_ids:
         inspect_env(env_id)
+    _check_seed_blocks(spec)
+
+
+def _check_seed_blocks(spec: SweepSpec) -> None:
+    """A seed axis with replicas K splits each cell into blocks of seeds ``seed .. seed+K-1`` (one trial each;
+    the analysis pools a cell's seeds whatever trial ran them): the blocks of a cell must not overlap, or a
+    seed would count twice."""
+    if "seed" not in spec.grid:
+        return
+    blocks: dict[str, list[tuple[int, int]]] = {}
+    for point in spec.points():
+        config = spec.config_for(point)
+        cell = point_key({k: v for k, v in point.items() if k != "seed"})
+        blocks.setdefault(cell, []).append((config.run.seed, config.run.seed + config.run.replicas))
+    for cell, spans in blocks.items():
+        spans.sort()
+        for (a, end), (b, _) in zip(spans, spans[1:]):
+            if b < end:
+                raise SweepError(f"seed: blocks {a}..{end - 1} and {b}.. overlap (replicas {end - a} a trial) in "
+                                 f"cell {cell}; allowed: seed values at least replicas apart, e.g. "
+                                 f"--axis seed={a},{a + (end - a)}")  # fmt: skip
 
 
 def point_key(point: dict[str, Any]) -> str:
@@ -110,18 +131,45 @@ def decode(axis: str, value: Any) -> Any:
     return value
 
 
+RUN_UPDATE_S = (1.66e-4, 3.6e-10)
+"""Seconds per run-update (one replica's update) in a trial's engine: a fixed part plus one per multiply-add
+of the batch's forward (``batch_size`` x :func:`mlp_macs`). Fitted to the committed serial studies of finding
+4r (``docs/data/replay_ratio-rerun_*``: 110 replicas, two trials side by side on this 2-core machine, everything
+in: draws, actors, evaluation): ~283 us at batch 64 and ~400 us at batch 128 with the 64-64 network."""
+UPDATE_S = 3e-4
+"""Seconds per stacked update independent of its replicas (the Python of one step)."""
+LAYER_NORM_COST = 1.25
+"""The update's cost with LayerNorm over without (end to end, 32 replicas: ~1.2-1.35x)."""
+REPLICA_STEP_S = (2e-6, 4e-6)
+"""Seconds per replica env step in serial collection and per replica evaluation step (the committed
+studies: ~0.2-0.6 s a replica over 50,000 env steps with 21 evaluations of 10 episodes)."""
+
+
+def mlp_macs(hidden_sizes: tuple[int, ...], io: int = 8) -> int:
+    """Multiply-adds of one sample's forward through the hidden layers, the observation and action layers
+    counted as ``io`` units wide (classic control: 2-6)."""
+    widths = (io, *hidden_sizes, io)
+    return sum(a * b for a, b in zip(widths, widths[1:]))
+
+
 def estimate_trial_s(config: Config) -> float:
-    """Rough seconds per trial on a 2-core machine with two trials side by side: a stacked update of K
-    replicas ~0.33 + 0.14 K ms in the engine (1.6x that with LayerNorm; measured with the default
-    preset), an actor ~20k env steps/s, an evaluation episode ~250 steps at ~20 us, ~3 s to start
-    the trial process."""
+    """Seconds a trial takes on this 2-core machine with two trials side by side (:data:`RUN_UPDATE_S`: a
+    fitted model: 0.77-1.31x of every committed serial trial of finding 4r, ``tests/test_statistics.py``;
+    parallel-mode trials of older engines ran up to ~2x slower). Actors in parallel mode: ~20k env steps/s
+    a worker; an evaluation episode ~250 steps; ~3 s to start the trial process."""
     r, k = config.run, config.run.replicas
     steps = r.total_env_steps
-    per_update_s = (3.3e-4 + 1.4e-4 * k) * (1.6 if config.network.layer_norm else 1.0)
-    learner = config.agent.utd * max(0, steps - r.learning_starts) * per_update_s
-    actors = steps * k / (20_000.0 * config.env.num_workers)
-    evals = (steps / r.eval_every_steps + 1) * k * r.eval_episodes * 250 * 2e-5 if r.eval_every_steps else 0.0
-    return max(learner, actors) + evals + 3.0
+    fixed, per_mac = RUN_UPDATE_S
+    run_update = fixed + per_mac * config.agent.batch_size * mlp_macs(config.network.hidden_sizes)
+    run_update *= LAYER_NORM_COST if config.network.layer_norm else 1.0
+    learner = config.agent.utd * max(0, steps - r.learning_starts) * (UPDATE_S + k * run_update)
+    collect, evaluate = REPLICA_STEP_S
+    if r.mode == "serial":
+        actors = steps * k * collect
+    else:
+        actors = steps * k / (20_000.0 * config.env.num_workers)
+    evals = (steps / r.eval_every_steps + 1) * k * r.eval_episodes * 250 * evaluate if r.eval_every_steps else 0.0
+    return (learner + actors if r.mode == "serial" else max(learner, actors)) + evals + 3.0
 
 
 def warn_cpu_budget(spec: SweepSpec, jobs: int) -> None:
