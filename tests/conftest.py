@@ -162,6 +162,26 @@ MODULES_IN_ONE_WORKER = ("test_analysis.py", "test_cluster.py", "test_cluster_se
 worker, so its fixture is made once. Every other test is scheduled on its own."""
 
 
+LONG_UNMARKED = ("test_verdict_stability.py",)
+"""Modules of the ``-m "not slow"`` loop whose tests take ~20-40 s each (every finding re-bootstrapped)."""
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """The longest work first, so that the two workers end together: the modules kept whole in one worker
+    (:data:`MODULES_IN_ONE_WORKER`, minutes each), then the other ``slow`` tests (processes, servers,
+    sweeps) and :data:`LONG_UNMARKED`, then the unit tests, which fill the last gaps. In file order, a
+    whole module or a 35 s test late in the alphabet ran while the other worker idled. The order changes
+    no test: each runs in its own temporary folders, with its own processes."""
+
+    def weight(item) -> int:
+        module = item.nodeid.split("::", 1)[0]
+        if module.endswith(MODULES_IN_ONE_WORKER):
+            return 0
+        return 1 if item.get_closest_marker("slow") or module.endswith(LONG_UNMARKED) else 2
+
+    items.sort(key=weight)  # stable: file order within each weight
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """pytest-xdist's scheduling with :data:`MODULES_IN_ONE_WORKER` kept whole (its own ``loadgroup`` marks
