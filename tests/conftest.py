@@ -168,10 +168,11 @@ LONG_UNMARKED = ("test_verdict_stability.py",)
 
 def pytest_collection_modifyitems(config, items) -> None:
     """The longest work first, so that the two workers end together: the modules kept whole in one worker
-    (:data:`MODULES_IN_ONE_WORKER`, minutes each), then the other ``slow`` tests (processes, servers,
-    sweeps) and :data:`LONG_UNMARKED`, then the unit tests, which fill the last gaps. In file order, a
-    whole module or a 35 s test late in the alphabet ran while the other worker idled. The order changes
-    no test: each runs in its own temporary folders, with its own processes."""
+    (:data:`MODULES_IN_ONE_WORKER`, minutes each; pytest-xdist also puts its largest scopes first), then the
+    other ``slow`` tests (processes, servers, sweeps) and :data:`LONG_UNMARKED`, then the unit tests, which
+    fill the last gaps. In file order a 35-50 s test late in the alphabet (a sweep's, a verdict's) could run
+    while the other worker idled. The order changes no test: each has its own temporary folders and
+    processes."""
 
     def weight(item) -> int:
         module = item.nodeid.split("::", 1)[0]

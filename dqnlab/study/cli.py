@@ -123,6 +123,9 @@ def spec_from_args(sweep: str, args: argparse.Namespace, presets: dict[str, Any]
     if args.seeds is not None:
         if args.seeds < 1:
             raise SweepError(f"--seeds: got {args.seeds}; allowed: an int >= 1")
+        if any(parse_assignment(t, "--axis")[0] == "seed" for t in args.axis):
+            raise SweepError("--seeds: given with --axis seed=...; allowed: one of them (--seeds N: seeds 0..N-1 in "
+                             "one trial; --set replicas=K --axis seed=0,K,...: blocks of K seeds)")  # fmt: skip
         grid.pop("seed", None)  # N seeds are N replicas of one trial per grid point
         base["seed"] = 0
         base["replicas"] = args.seeds

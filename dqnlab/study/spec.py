@@ -96,21 +96,23 @@ def validate_spec(spec: SweepSpec) -> None:
 
 def _check_seed_blocks(spec: SweepSpec) -> None:
     """A seed axis with replicas K splits each cell into blocks of seeds ``seed .. seed+K-1`` (one trial each;
-    the analysis pools a cell's seeds whatever trial ran them): the blocks of a cell must not overlap, or a
-    seed would count twice."""
+    the analysis pools a cell's seeds whatever trial ran them, a cell being a config without its seed and
+    replicas, as each seed's run records it): the blocks of a cell must not overlap, or a seed would count
+    twice."""
     if "seed" not in spec.grid:
         return
-    blocks: dict[str, list[tuple[int, int]]] = {}
+    blocks: dict[str, list[tuple[int, int, str]]] = {}
     for point in spec.points():
         config = spec.config_for(point)
-        cell = point_key({k: v for k, v in point.items() if k != "seed"})
-        blocks.setdefault(cell, []).append((config.run.seed, config.run.seed + config.run.replicas))
-    for cell, spans in blocks.items():
+        cell = point_key({k: v for k, v in config.to_flat().items() if k not in ("seed", "replicas")})
+        shown = point_key({k: v for k, v in point.items() if k != "seed"})
+        blocks.setdefault(cell, []).append((config.run.seed, config.run.seed + config.run.replicas, shown))
+    for spans in blocks.values():
         spans.sort()
-        for (a, end), (b, _) in zip(spans, spans[1:]):
+        for (a, end, shown), (b, _, _) in zip(spans, spans[1:]):
             if b < end:
                 raise SweepError(f"seed: blocks {a}..{end - 1} and {b}.. overlap (replicas {end - a} a trial) in "
-                                 f"cell {cell}; allowed: seed values at least replicas apart, e.g. "
+                                 f"cell {shown}; allowed: seed values at least replicas apart, e.g. "
                                  f"--axis seed={a},{a + (end - a)}")  # fmt: skip
 
 
@@ -133,9 +135,10 @@ def decode(axis: str, value: Any) -> Any:
 
 RUN_UPDATE_S = (1.66e-4, 3.6e-10)
 """Seconds per run-update (one replica's update) in a trial's engine: a fixed part plus one per multiply-add
-of the batch's forward (``batch_size`` x :func:`mlp_macs`). Fitted to the committed serial studies of finding
-4r (``docs/data/replay_ratio-rerun_*``: 110 replicas, two trials side by side on this 2-core machine, everything
-in: draws, actors, evaluation): ~283 us at batch 64 and ~400 us at batch 128 with the 64-64 network."""
+of the batch's forward (``batch_size`` x :func:`mlp_macs`): ~283 us at batch 64 and ~400 us at batch 128 with
+the 64-64 network. Fitted, with :data:`REPLICA_STEP_S`, to the committed serial studies of finding 4r
+(``docs/data/replay_ratio-rerun_*``: 10 and 110 replicas, 64-64 networks, two trials side by side on this
+2-core machine; the update's share takes the draws and the logging with it)."""
 UPDATE_S = 3e-4
 """Seconds per stacked update independent of its replicas (the Python of one step)."""
 LAYER_NORM_COST = 1.25
@@ -155,7 +158,8 @@ def mlp_macs(hidden_sizes: tuple[int, ...], io: int = 8) -> int:
 def estimate_trial_s(config: Config) -> float:
     """Seconds a trial takes on this 2-core machine with two trials side by side (:data:`RUN_UPDATE_S`: a
     fitted model: 0.77-1.31x of every committed serial trial of finding 4r, ``tests/test_statistics.py``;
-    parallel-mode trials of older engines ran up to ~2x slower). Actors in parallel mode: ~20k env steps/s
+    fitted on 64-64 networks in serial mode only: the committed parallel-mode trials of older engines, and
+    their 256-256 networks, took 0.2-8x of it). Actors in parallel mode: ~20k env steps/s
     a worker; an evaluation episode ~250 steps; ~3 s to start the trial process."""
     r, k = config.run, config.run.replicas
     steps = r.total_env_steps
