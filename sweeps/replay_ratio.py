@@ -12,7 +12,7 @@
         # (then --axis utd=4 --study-name replay_ratio-rerun_cartpole-utd4; finding 4r reads the parts together)
     python sweeps/replay_ratio.py --preset rerun_acrobot --axis utd=4 --set replicas=34 \
         --axis seed=0,34,68,102,136 --study-name replay_ratio-rerun_acrobot-utd4 --jobs 2
-        # ~7.7 h: each cell as five blocks of 34 seeds (one trial each, pooled by the analysis); a stopped
+        # ~6 h: each cell as five blocks of 34 seeds (one trial each, pooled by the analysis); a stopped
         # sweep loses the blocks in flight only, and the same command runs the rest
     python sweeps/replay_ratio.py --preset smoke           # seconds (tests)
 

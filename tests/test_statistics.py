@@ -119,7 +119,7 @@ def test_a_trials_estimated_time_is_within_1_5x_of_every_committed_serial_trials
     :func:`dqnlab.study.spec.estimate_trial_s`; checked against what the committed serial studies of finding 4r
     took (``docs/data``: each seed run's env steps over its env steps per second is its trial's wall time), at
     10 and 110 replicas, UTD 0.25 to 4, batch 64 and 128. A model that missed the replicas, the batch or the
-    UTD would be off by 2x somewhere here (the previous model read 0.41-0.94x; this one 0.77-1.31x). These
+    UTD would be off by 2x somewhere here (the previous model read 0.41-0.94x; this one 0.78-1.14x). These
     are the trials the model was fitted to: a guard against a change that breaks it, not a validation on
     new data; LayerNorm's factor is not covered (no serial LayerNorm study is committed)."""
     import json

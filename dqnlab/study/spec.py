@@ -133,19 +133,19 @@ def decode(axis: str, value: Any) -> Any:
     return value
 
 
-RUN_UPDATE_S = (1.66e-4, 3.6e-10)
+RUN_UPDATE_S = (2.1e-4, 1.6e-10)
 """Seconds per run-update (one replica's update) in a trial's engine: a fixed part plus one per multiply-add
-of the batch's forward (``batch_size`` x :func:`mlp_macs`): ~283 us at batch 64 and ~400 us at batch 128 with
-the 64-64 network. Fitted, with :data:`REPLICA_STEP_S`, to the committed serial studies of finding 4r
+of the batch's forward (``batch_size`` x :func:`mlp_macs`): ~262 us at batch 64 and ~315 us at batch 128 with
+the 64-64 network, the batch draws and logging in. Fitted (non-negative least squares on the relative error,
+the env's steps at :data:`ENV_STEP_S`) to the committed serial studies of finding 4r
 (``docs/data/replay_ratio-rerun_*``: 10 and 110 replicas, 64-64 networks, two trials side by side on this
-2-core machine; the update's share takes the draws and the logging with it)."""
-UPDATE_S = 3e-4
-"""Seconds per stacked update independent of its replicas (the Python of one step)."""
+2-core machine)."""
 LAYER_NORM_COST = 1.25
 """The update's cost with LayerNorm over without (end to end, 32 replicas: ~1.2-1.35x)."""
-REPLICA_STEP_S = (2e-6, 4e-6)
-"""Seconds per replica env step in serial collection and per replica evaluation step (the committed
-studies: ~0.2-0.6 s a replica over 50,000 env steps with 21 evaluations of 10 episodes)."""
+ENV_STEP_S = {"CartPole-v1": 1e-5, "Acrobot-v1": 4e-5}
+"""Seconds per step of one gymnasium env on this machine (measured: CartPole ~10-12 us, Acrobot's Python
+integrator ~40-48 us); another env counts as Acrobot. A serial trial steps each replica's env in turn, for
+collection and for every evaluation episode (~250 steps each)."""
 
 
 def mlp_macs(hidden_sizes: tuple[int, ...], io: int = 8) -> int:
@@ -157,23 +157,21 @@ def mlp_macs(hidden_sizes: tuple[int, ...], io: int = 8) -> int:
 
 def estimate_trial_s(config: Config) -> float:
     """Seconds a trial takes on this 2-core machine with two trials side by side (:data:`RUN_UPDATE_S`: a
-    fitted model: 0.77-1.31x of every committed serial trial of finding 4r, ``tests/test_statistics.py``;
+    fitted model: 0.78-1.14x of every committed serial trial of finding 4r, ``tests/test_statistics.py``;
     fitted on 64-64 networks in serial mode only: the committed parallel-mode trials of older engines, and
-    their 256-256 networks, took 0.2-8x of it). Actors in parallel mode: ~20k env steps/s
-    a worker; an evaluation episode ~250 steps; ~3 s to start the trial process."""
+    their 256-256 networks, took 0.2-8x of it). Actors in parallel mode: ~20k env steps/s a worker, beside
+    the learner; ~3 s to start the trial process."""
     r, k = config.run, config.run.replicas
     steps = r.total_env_steps
     fixed, per_mac = RUN_UPDATE_S
     run_update = fixed + per_mac * config.agent.batch_size * mlp_macs(config.network.hidden_sizes)
     run_update *= LAYER_NORM_COST if config.network.layer_norm else 1.0
-    learner = config.agent.utd * max(0, steps - r.learning_starts) * (UPDATE_S + k * run_update)
-    collect, evaluate = REPLICA_STEP_S
+    learner = config.agent.utd * max(0, steps - r.learning_starts) * k * run_update
+    env_step = ENV_STEP_S.get(config.env.env_id, ENV_STEP_S["Acrobot-v1"])
+    evals = (steps / r.eval_every_steps + 1) * k * r.eval_episodes * 250 * env_step if r.eval_every_steps else 0.0
     if r.mode == "serial":
-        actors = steps * k * collect
-    else:
-        actors = steps * k / (20_000.0 * config.env.num_workers)
-    evals = (steps / r.eval_every_steps + 1) * k * r.eval_episodes * 250 * evaluate if r.eval_every_steps else 0.0
-    return (learner + actors if r.mode == "serial" else max(learner, actors)) + evals + 3.0
+        return learner + steps * k * env_step + evals + 3.0
+    return max(learner, steps * k / (20_000.0 * config.env.num_workers)) + evals + 3.0
 
 
 def warn_cpu_budget(spec: SweepSpec, jobs: int) -> None:
