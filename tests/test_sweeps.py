@@ -189,6 +189,31 @@ def test_a_cell_split_into_seed_blocks_is_the_cell_run_as_one_trial(tmp_path):
     assert [len(c) for c in whole_curves.values()] == [3] * 4  # evaluations at 500, 1,000 and 1,500 env steps
 
 
+def test_a_reader_holding_the_study_stores_open_never_stops_a_sweep(tmp_path):
+    """A notebook, the MLflow UI or an analysis query reading a running study's SQLite stores held a read
+    transaction; in SQLite's default mode no writer could commit meanwhile, and MLflow's writes gave up
+    after 5 s, failing the trial (``database is locked``). The stores are in write-ahead-log mode: with a
+    read transaction open on each store for the whole sweep, every point completes and is recorded."""
+    common = ["--preset", "smoke", "--quiet", "--no-report", "--results", str(tmp_path)]
+    assert sweep_here("utd", [*common, "--axis", "utd=1", "--study-name", "first"]) == 0  # the stores exist
+    readers = []
+    for store in ("mlflow.db", "optuna.db"):
+        reader = sqlite3.connect(tmp_path / store, isolation_level=None)
+        assert reader.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        reader.execute("BEGIN")
+        assert reader.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] > 0  # holds a read snapshot
+        readers.append(reader)
+    try:
+        assert sweep_here("utd", [*common, "--study-name", "second"]) == 0
+    finally:
+        for reader in readers:
+            reader.execute("ROLLBACK")
+            reader.close()
+    client, runs = mlflow_runs(tmp_path)
+    second = [r for r in runs if r.data.tags.get("dqnlab.study") == "second" and r.data.tags.get("dqnlab.role") == "trial"]
+    assert sorted(r.info.status for r in second) == ["FINISHED", "FINISHED"]
+
+
 def test_sigkill_mid_trial_then_rerun_completes_every_point_exactly_once(tmp_path):
     slow = ["--axis", "utd=1,2", "--total-steps", "6000", "--heartbeat-s", "1", "--grace-s", "2", "--seeds", "2"]
     proc = subprocess.Popen([*UTD, *TINY, "--results", str(tmp_path), *slow], cwd=ROOT,

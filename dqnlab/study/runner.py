@@ -56,6 +56,7 @@ from dqnlab.study.storage import (
     SweepLocations,
     claims_engine_for,
     make_storage,
+    readers_never_block_writers,
     setup_lock,
     storage_failure,
     without_password,
@@ -310,6 +311,8 @@ def run_sweep(
     # Set-up is serialised between sweep processes (see setup_lock): two of them creating the schemas
     # of a fresh SQLite file, or the study's grid queue, at the same time would clash or enqueue twice.
     with setup_lock(loc):
+        for url in (loc.storage, loc.tracking_uri):
+            readers_never_block_writers(url)
         client = MlflowClient(loc.tracking_uri)
         try:  # first, so that an unreachable server writes nothing to the study
             experiment_id = get_or_create_experiment(client, spec.sweep, loc.artifacts)

@@ -118,6 +118,27 @@ def _begin_immediate(engine) -> None:
     engine.dispose()  # connections opened before the listeners: closed, so every later one has them
 
 
+def readers_never_block_writers(url: str) -> None:
+    """Put an SQLite store (Optuna's or MLflow's) in write-ahead-log mode, once (the mode is kept in the file).
+    In SQLite's default mode a reader holding a read transaction (the MLflow UI, a notebook, an analysis
+    query on a running study) keeps every writer from committing; MLflow's writes wait 5 s for the lock,
+    then the trial fails ``database is locked`` (2026-12-06: a 110-seed trial lost after 15 min to a
+    progress query). With the log, readers read a snapshot and never block the writer; writers still take
+    turns. Not a network filesystem's file (SQLite's rule for the log). A store another process holds
+    locked past 60 s keeps its mode (the next sweep sets it)."""
+    import sqlite3
+
+    from sqlalchemy.engine import make_url
+
+    if not url.startswith("sqlite"):
+        return
+    path = make_url(url).database
+    if not path or path == ":memory:":
+        return
+    with contextlib.closing(sqlite3.connect(path, timeout=60)) as con, contextlib.suppress(sqlite3.OperationalError):
+        con.execute("PRAGMA journal_mode=WAL")
+
+
 def engine_kwargs(url: str) -> dict[str, Any] | None:
     if url.startswith("sqlite"):
         return {"connect_args": {"timeout": 60}}  # seconds a writer waits for the file lock
