@@ -125,7 +125,7 @@ def readers_never_block_writers(url: str) -> None:
     then the trial fails ``database is locked`` (2026-12-06: a 110-seed trial lost after 15 min to a
     progress query). With the log, readers read a snapshot and never block the writer; writers still take
     turns. Not a network filesystem's file (SQLite's rule for the log). A store another process holds
-    locked past 60 s keeps its mode (the next sweep sets it)."""
+    locked past 60 s keeps its mode (the next sweep sets it); one it cannot open is left to the store to report."""
     import sqlite3
 
     from sqlalchemy.engine import make_url
@@ -135,8 +135,9 @@ def readers_never_block_writers(url: str) -> None:
     path = make_url(url).database
     if not path or path == ":memory:":
         return
-    with contextlib.closing(sqlite3.connect(path, timeout=60)) as con, contextlib.suppress(sqlite3.OperationalError):
-        con.execute("PRAGMA journal_mode=WAL")
+    with contextlib.suppress(sqlite3.OperationalError):  # a file it cannot open: the store's own opening says so
+        with contextlib.closing(sqlite3.connect(path, timeout=60)) as con:
+            con.execute("PRAGMA journal_mode=WAL")
 
 
 def engine_kwargs(url: str) -> dict[str, Any] | None:
