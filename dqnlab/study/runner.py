@@ -311,13 +311,13 @@ def run_sweep(
     # Set-up is serialised between sweep processes (see setup_lock): two of them creating the schemas
     # of a fresh SQLite file, or the study's grid queue, at the same time would clash or enqueue twice.
     with setup_lock(loc):
-        for url in (loc.storage, loc.tracking_uri):
-            readers_never_block_writers(url)
         client = MlflowClient(loc.tracking_uri)
         try:  # first, so that an unreachable server writes nothing to the study
             experiment_id = get_or_create_experiment(client, spec.sweep, loc.artifacts)
         except Exception as exc:  # unreachable server, bad database
             raise SweepError(f"--tracking-uri: cannot reach MLflow at {loc.tracking_uri!r}: {exc}") from None
+        for url in (loc.tracking_uri, loc.storage):
+            readers_never_block_writers(url)
         try:
             storage = make_storage(loc.storage, heartbeat_s, grace_s)
             study = open_study(spec, storage)  # created once, before any trial process starts
