@@ -28,7 +28,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from analysis.cells import axes, cell_label
+from analysis.cells import axes as cell_axes
+from analysis.cells import cell_label
 from analysis.curves import auc_of, curve_cells, soft_divergence_counts
 from analysis.family import Family
 from analysis.findings_common import DataFinding, Finding, StudyReader, fmt_ci, stacked
@@ -230,18 +231,22 @@ def _draw(axrow, runs: pd.DataFrame, hist: pd.DataFrame, title: str) -> None:
 
 def by_study(present: dict[str, tuple[pd.DataFrame, pd.DataFrame]]) -> dict[str, tuple[pd.DataFrame, pd.DataFrame]]:
     """The rerun studies present (name -> (runs, hist)) by their full study's name: the full study where
-    present, else its parts (:data:`PARTS`) together."""
+    present, else its parts (:data:`PARTS`) together; a cell none of whose seeds ran (a lost trial) left out."""
     out = {}
     for name in STUDIES:
         parts = [present[name]] if name in present else [present[p] for p in _parts(name) if p in present]
         if parts:
             runs, hist = stacked(dict(enumerate(parts)))
-            cell = list(dict.fromkeys(["utd", "target_unit", *axes(runs)]))
+            cell = list(dict.fromkeys(["utd", "target_unit", *cell_axes(runs)]))
             twice = runs[runs.duplicated([*cell, "seed"], keep=False)]
             if not twice.empty:  # parts overlap (a UTD or a seed block run twice): a seed would count twice
                 first = twice.iloc[0]
                 raise ValueError(f"{name}: seed {first['seed']} of cell {cell_label(first, cell)} is in "
                                  f"{sorted(set(twice['study']))}; each seed of a cell must come from one part")  # fmt: skip
+            if "outcome" in runs:  # a cell whose every seed failed (its trial lost, to be rerun) is not run yet
+                ran = runs.groupby(cell)["outcome"].transform(lambda o: bool((o != "failed").any()))
+                runs = runs[ran.astype(bool)]
+                hist = hist[hist["run_id"].isin(runs["run_id"])]
             out[name] = runs, hist
     return out
 
