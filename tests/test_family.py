@@ -294,14 +294,15 @@ def test_finding_4r_contrasts_each_utd_with_its_neighbours_on_final_return_and_a
 def test_finding_4r_pools_a_cells_seed_blocks_from_its_parts_and_refuses_a_seed_run_twice():
     """A rerun study read from its parts (``<study>-utd0.25_1``, ``<study>-utd4``): a cell whose seeds ran as
     blocks in either part is pooled; a seed of one cell in two parts (a part run twice, blocks that overlap)
-    is an error naming the studies, never a cell with that seed counted twice."""
+    is an error naming the studies, never a cell with that seed counted twice; a cell none of whose seeds
+    ran (its trial lost, to be rerun) is left out, not shown as a cell of failed seeds."""
     import pandas as pd
 
     from analysis.replay_ratio_rerun import by_study
 
-    def part(study, seeds, utd=4.0):
+    def part(study, seeds, utd=4.0, outcome="completed"):
         runs = pd.DataFrame([{"run_id": f"{study}-{s}", "study": study, "utd": utd, "target_unit": "updates",
-                              "layer_norm": False, "seed": s} for s in seeds])  # fmt: skip
+                              "layer_norm": False, "seed": s, "outcome": outcome} for s in seeds])  # fmt: skip
         return runs, pd.DataFrame({"run_id": runs["run_id"], "metric": "x", "value": 0.0})
 
     name = "replay_ratio-rerun_acrobot"
@@ -310,6 +311,9 @@ def test_finding_4r_pools_a_cells_seed_blocks_from_its_parts_and_refuses_a_seed_
     assert len(runs) == len(hist) == 6
     blocks = part(f"{name}-utd4", [*range(0, 3), *range(6, 9)])  # seed blocks 0..2 and 6..8 of one cell
     assert sorted(by_study({f"{name}-utd4": blocks})[name][0]["seed"]) == [0, 1, 2, 6, 7, 8]
+    lost = part(f"{name}-utd4", range(0, 3), outcome="failed")  # a trial lost before any seed ended: not run
+    runs, hist = by_study({f"{name}-utd0.25_1": low, f"{name}-utd4": lost})[name]
+    assert set(runs["utd"]) == {1.0} and len(hist) == 3
     twice = part(f"{name}-utd0.25_1", [2, 3], utd=4.0)  # seed 2 of the UTD-4 cell again
     in_both = r"seed 2 of cell utd=4, target_unit=updates is in .*acrobot-utd0.25_1.*acrobot-utd4"
     with pytest.raises(ValueError, match=in_both):
