@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -466,3 +468,31 @@ def test_an_interrupt_while_a_trials_run_is_being_described_still_closes_that_ru
     client, exp = _client(tmp_path, "utd")
     trial_runs = client.search_runs([exp.experiment_id], filter_string="tags.`dqnlab.role` = 'trial'")
     assert [r.info.status for r in trial_runs] == ["KILLED"]
+
+
+def test_a_grid_grows_between_commands_and_a_changed_base_is_refused_by_name(tmp_path):
+    """A study's grid may gain values on an axis (Optuna's categorical parameters refused that: the
+    widened command failed its first new trial); its terms (base config, axes, objective) may not
+    change: one study never mixes two configurations of a cell."""
+    from dqnlab.study.runner import run_sweep
+    from dqnlab.study.spec import SweepError, SweepSpec
+    from dqnlab.study.storage import locations
+
+    base = dict(total_env_steps=400, learning_starts=200, batch_size=32, probe_size=32, hidden_sizes=(16,),
+                eval_every_steps=400, eval_episodes=1, num_workers=1, mode="serial")  # fmt: skip
+    loc = locations(tmp_path, None, None)
+    run_sweep(SweepSpec("study", "grows", base, {"utd": [1.0]}), loc, quiet=True)
+    summary = run_sweep(SweepSpec("study", "grows", base, {"utd": [1.0, 4.0]}), loc, quiet=True)
+    assert summary["states"] == {"COMPLETE": 2} and summary["grid_size"] == 2
+    rows = trial_rows(tmp_path)
+    assert [state for _, state, _ in rows] == ["COMPLETE", "COMPLETE"]  # the first point was not run again
+    assert sorted(json.loads(p) for _, _, p in rows) == ['{"utd": 1.0}', '{"utd": 4.0}']
+    for changed, message in [
+        (dict(base, total_env_steps=800), "total_env_steps = 800 (the study's: 400)"),
+        (dict(base, hidden_sizes=(32,)), "hidden_sizes = '32' (the study's: '16')"),
+    ]:
+        with pytest.raises(SweepError, match=re.escape(message)):
+            run_sweep(SweepSpec("study", "grows", changed, {"utd": [1.0, 4.0]}), loc, quiet=True)
+    with pytest.raises(SweepError, match=re.escape("axes ['seed', 'utd'] (the study's: ['utd'])")):
+        run_sweep(SweepSpec("study", "grows", base, {"utd": [1.0], "seed": [0, 1]}), loc, quiet=True)
+    assert len(trial_rows(tmp_path)) == 2  # refused before anything was enqueued

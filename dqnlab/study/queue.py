@@ -3,22 +3,43 @@
 
 from __future__ import annotations
 
-from dqnlab.study.spec import SweepSpec, encode, estimate_trial_s, point_key
+import json
 
+from dqnlab.study.spec import SweepError, SweepSpec, estimate_trial_s, point_key, study_terms, terms_conflicts
 
-def grid_sampler(spec: SweepSpec):
-    import optuna
-
-    return optuna.samplers.GridSampler({a: [encode(v) for v in vs] for a, vs in spec.grid.items()}, seed=0)
+TERMS = "dqnlab.terms"  # the study's user attribute holding its terms (:func:`study_terms`)
 
 
 def open_study(spec: SweepSpec, storage):
+    """Create the study, or open it if it exists and ``spec`` keeps its terms (the same base config,
+    axes, objective and variants; more values on an axis are welcome). SweepError names each field
+    that departs, before anything is enqueued: one study never mixes two configurations of a cell.
+
+    No sampler is ever asked: a trial's point is the key it was queued with (see ``top_up_queue``), so
+    a grid may grow between invocations, which Optuna's categorical parameters would refuse."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    return optuna.create_study(
-        study_name=spec.study_name, storage=storage, sampler=grid_sampler(spec), direction="maximize", load_if_exists=True
-    )
+    study = optuna.create_study(study_name=spec.study_name, storage=storage, sampler=queue_sampler(),
+                                direction="maximize", load_if_exists=True)  # fmt: skip
+    mine = json.loads(json.dumps(study_terms(spec)))
+    stored = study.user_attrs.get(TERMS)
+    if stored is None:  # a new study (or one made before studies kept their terms)
+        study.set_user_attr(TERMS, mine)
+    elif conflicts := terms_conflicts(stored, mine):
+        raise SweepError(
+            f"--study-name {spec.study_name!r}: this command changes what the study's trials share: "
+            f"{'; '.join(conflicts)}. Allowed: the study's own base config, axes and objective (more values "
+            f"on an axis are fine); or a new --study-name for the new configuration"
+        )
+    return study
+
+
+def queue_sampler():
+    """A study's sampler, never consulted (trials take their point from the queue)."""
+    import optuna
+
+    return optuna.samplers.RandomSampler(seed=0)
 
 
 def top_up_queue(study, spec: SweepSpec) -> int:
@@ -34,7 +55,7 @@ def top_up_queue(study, spec: SweepSpec) -> int:
     for point in sorted(spec.points(), key=lambda p: -estimate_trial_s(spec.config_for(p))):
         key = point_key(point)
         if key not in covered:
-            study.enqueue_trial({a: encode(v) for a, v in point.items()}, user_attrs={"grid_point": key})
+            study.enqueue_trial({}, user_attrs={"grid_point": key})
             added += 1
     return added
 

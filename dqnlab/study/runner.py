@@ -4,8 +4,10 @@ engine run -> objective value + one MLflow child run.
 Claiming grid points. Every grid point is enqueued as a WAITING trial tagged with its key
 (``user_attrs['grid_point']``); ``study.ask()`` pops WAITING trials atomically in Optuna's RDB
 storage, so concurrent processes (``--jobs N`` or other machines) each get distinct trials. The
-study's sampler is Optuna's GridSampler over the same space, but a trial that does not come from
-the queue is pruned at once (the grid is exhausted). The queue may still hold one point twice (a
+study's sampler is never asked: a trial that does not come from the queue is pruned at once (the grid
+is exhausted). A point is its key, never an Optuna parameter, so a grid may grow between invocations (a
+study keeps its terms: :func:`dqnlab.study.queue.open_study`); every invocation runs whatever point is
+waiting, its own or one another invocation queued. The queue may still hold one point twice (a
 stale trial's retry and a top-up racing), so a trial runs its point only after claiming it in the
 claims table (:mod:`dqnlab.study.claims`, one atomic statement); a trial whose point is held by a live
 or completed trial is pruned as a duplicate, so no point is ever run or completed twice.
@@ -40,13 +42,14 @@ from dqnlab.config import Config
 from dqnlab.objective import MISSING_SCORE, objective_value, optuna_value, replica_values
 from dqnlab.signals import gated_interrupts
 from dqnlab.study.progress import ProgressEvent, SweepDisplay
-from dqnlab.study.queue import grid_sampler, mark_killed_runs, open_study, top_up_queue
+from dqnlab.study.queue import mark_killed_runs, open_study, queue_sampler, top_up_queue
 from dqnlab.study.spec import (
+    VARIANT,
     SweepError,
     SweepSpec,
-    decode,
     encode,
     estimate_trial_s,
+    point_from_key,
     point_key,
     validate_spec,
     warn_cpu_budget,
@@ -137,7 +140,7 @@ def worker_loop(args: WorkerArgs, report=None) -> None:
 
     spec = args.spec
     study = optuna.load_study(study_name=spec.study_name, storage=make_storage(args.loc.storage, args.heartbeat_s,
-                              args.grace_s), sampler=grid_sampler(spec))  # fmt: skip
+                              args.grace_s), sampler=queue_sampler())  # fmt: skip
     claims = claims_engine_for(args.loc.storage)
     client = MlflowClient(args.loc.tracking_uri)
     worker = f"{socket.gethostname()}:{os.getpid()}"
@@ -190,11 +193,13 @@ def worker_loop(args: WorkerArgs, report=None) -> None:
         key = trial.user_attrs.get("grid_point")
         if key is None:
             raise optuna.TrialPruned("not a queued grid point: the grid is exhausted")
+        point = point_from_key(key)  # maybe queued by another command on this study: the same terms, another grid
+        if VARIANT in point and point[VARIANT] not in spec.variants:  # left waiting for a command that defines it
+            raise optuna.TrialPruned(f"variant {point[VARIANT]!r} is not defined by this command")
         owner = claim_grid_point(claims, spec.study_name, key, trial.number, state_of)
         if owner is not None:
             trial.set_user_attr("duplicate_of", owner)
             raise optuna.TrialPruned(f"grid point already claimed by trial {owner}")
-        point = {a: decode(a, trial.suggest_categorical(a, [encode(v) for v in vs])) for a, vs in spec.grid.items()}
         return key, point, spec.config_for(point)
 
     def start_runs(trial, key: str, config: Config, run_ids: list[str]) -> ReplicaRuns:
@@ -321,6 +326,8 @@ def run_sweep(
         try:
             storage = make_storage(loc.storage, heartbeat_s, grace_s)
             study = open_study(spec, storage)  # created once, before any trial process starts
+        except SweepError:  # the study exists with other terms
+            raise
         except Exception as exc:  # sqlalchemy OperationalError, missing driver, ...
             raise SweepError(f"--storage: cannot open Optuna storage {without_password(loc.storage)!r}: {exc}") from None
         claims_engine_for(loc.storage, create=True).dispose()  # before any worker process claims
@@ -439,7 +446,7 @@ def summarise(study, spec: SweepSpec) -> dict[str, Any]:
     for key, values in by_cell.items():
         finite = [v for v in values if math.isfinite(v)]
         cells.append({"cell": key, "iqm": iqm(finite), "n": len(values), "n_finite": len(finite), "values": values})
-    cells.sort(key=lambda c: (-math.inf if math.isnan(c["iqm"]) else c["iqm"]), reverse=True)
+    cells.sort(key=lambda c: -math.inf if math.isnan(c["iqm"]) else c["iqm"], reverse=True)
     counts: dict[str, int] = defaultdict(int)
     for t in study.get_trials(deepcopy=False):
         counts[t.state.name] += 1

@@ -56,6 +56,42 @@ class SweepSpec:
         return Config.from_flat({**self.base, **bundle, **fields})
 
 
+def study_terms(spec: SweepSpec) -> dict[str, Any]:
+    """What every trial of the study shares, whatever its grid point: the axes, the objective, the
+    variants' bundles and each config field no axis sets (resolved, defaults included). A study keeps
+    its terms for life; only its axes' values may grow (see :func:`terms_conflicts`)."""
+    varied = set(spec.grid) | {k for b in spec.variants.values() for k in b}
+    resolved = spec.config_for(spec.points()[0]).to_flat()
+    return {
+        "axes": sorted(spec.grid),
+        "objective": spec.objective,
+        "variants": {name: {k: encode(v) for k, v in b.items()} for name, b in spec.variants.items()},
+        "fixed": {k: encode(v) for k, v in resolved.items() if k not in varied},
+    }
+
+
+def terms_conflicts(stored: dict[str, Any], mine: dict[str, Any]) -> list[str]:
+    """How ``mine`` departs from a study's ``stored`` terms, one line each ([]: the same study).
+    A field known to one side only (a field added to the config since) is not a conflict."""
+    out = []
+    if stored["axes"] != mine["axes"]:
+        out.append(f"axes {mine['axes']} (the study's: {stored['axes']})")
+    if stored["objective"] != mine["objective"]:
+        out.append(f"objective {mine['objective']!r} (the study's: {stored['objective']!r})")
+    for name in sorted(set(stored["variants"]) & set(mine["variants"])):
+        if stored["variants"][name] != mine["variants"][name]:
+            out.append(f"variant {name!r} = {mine['variants'][name]} (the study's: {stored['variants'][name]})")
+    for name in sorted(set(stored["fixed"]) & set(mine["fixed"])):
+        if stored["fixed"][name] != mine["fixed"][name]:
+            out.append(f"{name} = {mine['fixed'][name]!r} (the study's: {stored['fixed'][name]!r})")
+    return out
+
+
+def point_from_key(key: str) -> dict[str, Any]:
+    """The grid point a :func:`point_key` names."""
+    return {a: decode(a, v) for a, v in json.loads(key).items()}
+
+
 def validate_spec(spec: SweepSpec) -> None:
     """Unknown or empty axes, bad values, unknown env ids: SweepError/ConfigError, nothing written."""
     known = set(Config.field_names())
@@ -125,7 +161,7 @@ def encode(value: Any) -> Any:
 
 
 def decode(axis: str, value: Any) -> Any:
-    """A grid value back from Optuna's categorical (tuples travel as comma-separated text)."""
+    """A grid value back from its key's text (tuples travel as comma-separated text)."""
     tp = field_types().get(axis)
     if isinstance(value, str) and typing.get_origin(tp) is tuple:
         element = typing.get_args(tp)[0]
