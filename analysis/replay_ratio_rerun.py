@@ -53,10 +53,11 @@ STUDIES = {"replay_ratio-rerun_cartpole": ("CartPole-v1", "RL Zoo base"),
            "replay_ratio-rerun_acrobot": ("Acrobot-v1", "RL Zoo base")}  # fmt: skip
 """Each rerun study's env and base."""
 PARTS = ("utd0.25_1", "utd1", "utd4")
-"""A rerun study may run as studies of its own, ``<study>-utd0.25_1`` and ``<study>-utd4`` (``--axis utd=...``
-``--study-name``: the same config and seeds per cell; the cheap cells first), read together while the full
-study is absent (Acrobot's ran UTD 1 as ``-utd1``: its first part's grid could not grow before d069b71). A part too long for one sitting runs its cells as seed blocks (``--set replicas=K --axis
-seed=0,K,2K,...``: one trial a block, resumed block by block; the cell pools its blocks' seeds)."""
+"""A rerun study may run as studies of its own, one per part (``--axis utd=... --study-name <study>-<part>``:
+the same config and seeds per cell; the cheap cells first), read together while the full study is absent.
+Acrobot's UTD-1 cells run as ``-utd1`` (before d069b71 a study's grid could not grow). A part too long for
+one sitting runs its cells as seed blocks (``--set replicas=K --axis seed=0,K,2K,...``: one trial a block,
+resumed block by block; the cell pools its blocks' seeds)."""
 LR_STUDY = "replay_ratio-rerun_lr_check"
 """Three learning rates per UTD on tuning seeds (``--preset rerun_lr_check``): is a UTD effect a step-size effect?"""
 NEIGHBOURS = ((1.0, 0.25), (4.0, 1.0))

@@ -13,6 +13,7 @@ process starts.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -410,8 +411,14 @@ def _matches(value: Any, tp: Any) -> bool:
     return isinstance(value, tp)
 
 
+@functools.cache
+def _hints(section: type) -> dict[str, Any]:
+    """A section's resolved field types (resolving the annotations' text is most of a Config's build)."""
+    return typing.get_type_hints(section)
+
+
 def _check_types(obj: Any) -> None:
-    hints = typing.get_type_hints(type(obj))
+    hints = _hints(type(obj))
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
         tp = hints[f.name]
