@@ -184,3 +184,33 @@ def test_a_run_whose_trial_died_before_recording_its_id_is_still_marked_killed(t
     mark_killed_runs(study, client, experiment, "s")
     status = {r: client.get_run(r).info.status for r in (orphan, running, elsewhere)}
     assert status == {orphan: "KILLED", running: "RUNNING", elsewhere: "RUNNING"}
+
+
+def _queued(tmp_path, spec):
+    """Open (or create) ``spec``'s study in ``tmp_path`` and queue its grid, as a sweep command does first."""
+    from dqnlab.study.queue import open_study, top_up_queue
+    from dqnlab.study.storage import locations, make_storage
+
+    study = open_study(spec, make_storage(locations(tmp_path, None, None).storage, heartbeat_s=10, grace_s=30))
+    top_up_queue(study, spec)
+    return study
+
+
+def test_a_study_refuses_a_command_that_changes_a_field_one_variant_shares_or_overlaps_its_seed_blocks(tmp_path):
+    """The terms are kept per variant: a base field a variant does not set is the study's for that variant
+    (one field set by another variant hid it from the terms once); seed blocks may not overlap those an
+    earlier command queued (each command alone is fine)."""
+    import re
+
+    from dqnlab.study.spec import SweepError, SweepSpec
+
+    base = dict(total_env_steps=2000, learning_starts=200, probe_size=64, replicas=10)
+    variants = {"plain": {}, "LayerNorm": {"layer_norm": True}}
+    _queued(tmp_path, SweepSpec("s", "terms", base, {"variant": ["plain", "LayerNorm"], "seed": [0, 10]}, variants=variants))
+    with pytest.raises(SweepError, match=re.escape("variant 'plain': layer_norm = True (the study's: False)")):
+        _queued(tmp_path, SweepSpec("s", "terms", dict(base, layer_norm=True), {"variant": ["plain"], "seed": [20]},
+                                    variants=variants))  # fmt: skip
+    with pytest.raises(SweepError, match=re.escape("seed: blocks 0..9 and 5.. overlap")):
+        _queued(tmp_path, SweepSpec("s", "terms", base, {"variant": ["plain"], "seed": [5]}, variants=variants))
+    study = _queued(tmp_path, SweepSpec("s", "terms", base, {"variant": ["LayerNorm"], "seed": [20, 30]}, variants=variants))
+    assert len(study.get_trials(deepcopy=False)) == 6  # the refused commands queued nothing; the grown grid did

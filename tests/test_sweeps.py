@@ -496,3 +496,16 @@ def test_a_grid_grows_between_commands_and_a_changed_base_is_refused_by_name(tmp
     with pytest.raises(SweepError, match=re.escape("axes ['seed', 'utd'] (the study's: ['utd'])")):
         run_sweep(SweepSpec("study", "grows", base, {"utd": [1.0], "seed": [0, 1]}), loc, quiet=True)
     assert len(trial_rows(tmp_path)) == 2  # refused before anything was enqueued
+
+    # a command runs its own grid only: a point a wider command left queued (here: queued, never run) stays
+    # waiting for it, though this command pops it first (the costliest point is queued first)
+    from dqnlab.study.queue import open_study, top_up_queue
+    from dqnlab.study.storage import make_storage
+
+    wider = SweepSpec("study", "grows", base, {"utd": [1.0, 4.0, 8.0, 16.0]})
+    top_up_queue(open_study(wider, make_storage(loc.storage, heartbeat_s=10, grace_s=30)), wider)
+    summary = run_sweep(SweepSpec("study", "grows", base, {"utd": [1.0, 4.0, 8.0]}), loc, quiet=True)
+    assert len(summary["rows"]) == summary["grid_size"] == 3
+    states = {json.loads(p): state for _, state, p in trial_rows(tmp_path) if state != "PRUNED"}
+    assert states == {'{"utd": 1.0}': "COMPLETE", '{"utd": 4.0}': "COMPLETE", '{"utd": 8.0}': "COMPLETE",
+                      '{"utd": 16.0}': "WAITING"}  # fmt: skip

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import json
 
-from dqnlab.study.spec import SweepError, SweepSpec, estimate_trial_s, point_key, study_terms, terms_conflicts
+from dqnlab.study.spec import (
+    SweepError,
+    SweepSpec,
+    check_seed_blocks,
+    estimate_trial_s,
+    point_from_key,
+    point_key,
+    study_terms,
+    terms_conflicts,
+)
 
 TERMS = "dqnlab.terms"  # the study's user attribute holding its terms (:func:`study_terms`)
 
@@ -24,15 +33,25 @@ def open_study(spec: SweepSpec, storage):
                                 direction="maximize", load_if_exists=True)  # fmt: skip
     mine = json.loads(json.dumps(study_terms(spec)))
     stored = study.user_attrs.get(TERMS)
-    if stored is None:  # a new study (or one made before studies kept their terms)
-        study.set_user_attr(TERMS, mine)
-    elif conflicts := terms_conflicts(stored, mine):
+    if stored is not None and (conflicts := terms_conflicts(stored, mine)):
         raise SweepError(
             f"--study-name {spec.study_name!r}: this command changes what the study's trials share: "
-            f"{'; '.join(conflicts)}. Allowed: the study's own base config, axes and objective (more values "
-            f"on an axis are fine); or a new --study-name for the new configuration"
+            f"{'; '.join(conflicts)}. Allowed: the study's own base config, variants, axes and objective "
+            f"(more values on an axis are fine); or a new --study-name for the new configuration"
         )
+    check_seed_blocks(spec, [point_from_key(k) for k in queued_keys(study)])  # blocks queued by earlier commands
+    if stored is None:  # a new study (or one made before studies kept their terms)
+        study.set_user_attr(TERMS, mine)
     return study
+
+
+def queued_keys(study) -> set[str]:
+    """The grid points the study holds a COMPLETE, WAITING or RUNNING trial of (whichever command queued them)."""
+    from optuna.trial import TrialState
+
+    live = {TrialState.COMPLETE, TrialState.WAITING, TrialState.RUNNING}
+    return {t.user_attrs["grid_point"] for t in study.get_trials(deepcopy=False) if t.state in live
+            and "grid_point" in t.user_attrs}  # fmt: skip
 
 
 def queue_sampler():
@@ -47,10 +66,7 @@ def top_up_queue(study, spec: SweepSpec) -> int:
     Costliest first (by :func:`estimate_trial_s`): trial processes pop the queue in order, and with
     the long trials started first the cheap ones fill the gaps at the end, so ``--jobs N`` keeps its
     N cores busy to the last trial instead of one long trial running alone."""
-    from optuna.trial import TrialState
-
-    live = {TrialState.COMPLETE, TrialState.WAITING, TrialState.RUNNING}
-    covered = {t.user_attrs.get("grid_point") for t in study.get_trials(deepcopy=False) if t.state in live}
+    covered = queued_keys(study)
     added = 0
     for point in sorted(spec.points(), key=lambda p: -estimate_trial_s(spec.config_for(p))):
         key = point_key(point)

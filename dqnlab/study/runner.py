@@ -6,11 +6,12 @@ Claiming grid points. Every grid point is enqueued as a WAITING trial tagged wit
 storage, so concurrent processes (``--jobs N`` or other machines) each get distinct trials. The
 study's sampler is never asked: a trial that does not come from the queue is pruned at once (the grid
 is exhausted). A point is its key, never an Optuna parameter, so a grid may grow between invocations (a
-study keeps its terms: :func:`dqnlab.study.queue.open_study`); every invocation runs whatever point is
-waiting, its own or one another invocation queued. The queue may still hold one point twice (a
-stale trial's retry and a top-up racing), so a trial runs its point only after claiming it in the
-claims table (:mod:`dqnlab.study.claims`, one atomic statement); a trial whose point is held by a live
-or completed trial is pruned as a duplicate, so no point is ever run or completed twice.
+study keeps its terms: :func:`dqnlab.study.queue.open_study`). An invocation runs its own grid's points
+only: one it pops from a wider grid (an earlier or another command's) goes back to the queue. The queue
+may still hold one point twice (a stale trial's retry and a top-up racing), so a trial runs its point
+only after claiming it in the claims table (:mod:`dqnlab.study.claims`, one atomic statement); a trial
+whose point is held by a live or completed trial is pruned as a duplicate, so no point is ever run or
+completed twice.
 
 Running. Each trial runs in its own thread-free process (:mod:`dqnlab.engine.fresh_process`): actors are
 never forked from this process, which runs Optuna's heartbeat thread.
@@ -44,7 +45,6 @@ from dqnlab.signals import gated_interrupts
 from dqnlab.study.progress import ProgressEvent, SweepDisplay
 from dqnlab.study.queue import mark_killed_runs, open_study, queue_sampler, top_up_queue
 from dqnlab.study.spec import (
-    VARIANT,
     SweepError,
     SweepSpec,
     encode,
@@ -142,6 +142,8 @@ def worker_loop(args: WorkerArgs, report=None) -> None:
     study = optuna.load_study(study_name=spec.study_name, storage=make_storage(args.loc.storage, args.heartbeat_s,
                               args.grace_s), sampler=queue_sampler())  # fmt: skip
     claims = claims_engine_for(args.loc.storage)
+    own_keys = {point_key(p) for p in spec.points()}  # a command runs its own grid's points only
+    WAITING = (TrialState.WAITING,)
     client = MlflowClient(args.loc.tracking_uri)
     worker = f"{socket.gethostname()}:{os.getpid()}"
 
@@ -193,9 +195,10 @@ def worker_loop(args: WorkerArgs, report=None) -> None:
         key = trial.user_attrs.get("grid_point")
         if key is None:
             raise optuna.TrialPruned("not a queued grid point: the grid is exhausted")
-        point = point_from_key(key)  # maybe queued by another command on this study: the same terms, another grid
-        if VARIANT in point and point[VARIANT] not in spec.variants:  # left waiting for a command that defines it
-            raise optuna.TrialPruned(f"variant {point[VARIANT]!r} is not defined by this command")
+        if key not in own_keys:  # queued by another command on this study (a wider grid): back in the queue for it
+            study.enqueue_trial({}, user_attrs={"grid_point": key})
+            raise optuna.TrialPruned(f"grid point {key} is not in this command's grid; left waiting for one that has it")
+        point = point_from_key(key)
         owner = claim_grid_point(claims, spec.study_name, key, trial.number, state_of)
         if owner is not None:
             trial.set_user_attr("duplicate_of", owner)
@@ -268,7 +271,7 @@ def worker_loop(args: WorkerArgs, report=None) -> None:
 
     with gated_interrupts() as gate:
         try:
-            while study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            while own_keys & {t.user_attrs.get("grid_point") for t in study.get_trials(deepcopy=False, states=WAITING)}:
                 with gate.closed():  # Optuna makes the trial RUNNING and tells its end with signals held
                     study.optimize(objective, n_trials=1, catch=(TrialFailed,), gc_after_trial=False)
                 gate.check()  # one swallowed after the trial ran (its record is kept) stops the sweep here
@@ -423,9 +426,10 @@ def close_study_run(client, parent_run_id: str, study, summary: dict[str, Any]) 
 
 
 def summarise(study, spec: SweepSpec) -> dict[str, Any]:
-    """Completed trials and, per cell (a grid point without its seed), the IQM of the objective over
-    its seeds (every replica of every trial of the cell); seeds without a final return (hard-diverged)
-    are counted and left out of the IQM."""
+    """This command's completed grid points (``rows``, out of ``grid_size``) and, per cell of the whole study
+    (a grid point without its seed, whichever command ran it), the IQM of the objective over its seeds
+    (every replica of every trial of the cell); seeds without a final return (hard-diverged) are counted
+    and left out of the IQM."""
     from optuna.trial import TrialState
 
     from dqnlab.statistics import iqm
@@ -436,6 +440,7 @@ def summarise(study, spec: SweepSpec) -> dict[str, Any]:
         rows.append({"trial": t.number, "point": json.loads(t.user_attrs["grid_point"]), "value": value,
                      "status": t.user_attrs.get("status"), "seed_values": t.user_attrs.get("seed_values", {}),
                      "mlflow_run_ids": t.user_attrs.get("mlflow_run_ids", [])})  # fmt: skip
+    own = {point_key(p) for p in spec.points()}
     by_cell: dict[str, list[float]] = defaultdict(list)
     for r in rows:
         cell = {k: v for k, v in r["point"].items() if k != "seed"}
@@ -450,5 +455,6 @@ def summarise(study, spec: SweepSpec) -> dict[str, Any]:
     counts: dict[str, int] = defaultdict(int)
     for t in study.get_trials(deepcopy=False):
         counts[t.state.name] += 1
+    rows = [r for r in rows if point_key(r["point"]) in own]
     return {"rows": sorted(rows, key=lambda r: r["trial"]), "cells": cells, "states": dict(counts),
             "grid_size": len(spec.points())}  # fmt: skip

@@ -57,34 +57,32 @@ class SweepSpec:
 
 
 def study_terms(spec: SweepSpec) -> dict[str, Any]:
-    """What every trial of the study shares, whatever its grid point: the axes, the objective, the
-    variants' bundles and each config field no axis sets (resolved, defaults included). A study keeps
-    its terms for life; only its axes' values may grow (see :func:`terms_conflicts`)."""
-    varied = set(spec.grid) | {k for b in spec.variants.values() for k in b}
-    resolved = spec.config_for(spec.points()[0]).to_flat()
-    return {
-        "axes": sorted(spec.grid),
-        "objective": spec.objective,
-        "variants": {name: {k: encode(v) for k, v in b.items()} for name, b in spec.variants.items()},
-        "fixed": {k: encode(v) for k, v in resolved.items() if k not in varied},
-    }
+    """What every trial of the study shares, whatever its grid point: the axes, the objective, and per
+    variant (``""`` without a variant axis) each config field no axis sets, resolved (the variant's
+    bundle and the defaults included). A study keeps its terms for life; only its axes' values may grow
+    (see :func:`terms_conflicts`)."""
+    first = spec.points()[0]
+    names = list(spec.variants) if VARIANT in spec.grid else [""]
+    configs = {}
+    for name in names:
+        resolved = spec.config_for({**first, VARIANT: name} if name else first).to_flat()
+        configs[name] = {k: encode(v) for k, v in resolved.items() if k not in spec.grid}
+    return {"axes": sorted(spec.grid), "objective": spec.objective, "configs": configs}
 
 
 def terms_conflicts(stored: dict[str, Any], mine: dict[str, Any]) -> list[str]:
     """How ``mine`` departs from a study's ``stored`` terms, one line each ([]: the same study).
-    A field known to one side only (a field added to the config since) is not a conflict."""
+    A variant, or a field, that one side does not know (a field added to the config since) is no conflict."""
     out = []
     if stored["axes"] != mine["axes"]:
         out.append(f"axes {mine['axes']} (the study's: {stored['axes']})")
     if stored["objective"] != mine["objective"]:
         out.append(f"objective {mine['objective']!r} (the study's: {stored['objective']!r})")
-    for name in sorted(set(stored["variants"]) & set(mine["variants"])):
-        if stored["variants"][name] != mine["variants"][name]:
-            out.append(f"variant {name!r} = {mine['variants'][name]} (the study's: {stored['variants'][name]})")
-    for name in sorted(set(stored["fixed"]) & set(mine["fixed"])):
-        if stored["fixed"][name] != mine["fixed"][name]:
-            out.append(f"{name} = {mine['fixed'][name]!r} (the study's: {stored['fixed'][name]!r})")
-    return out
+    for variant in [v for v in mine["configs"] if v in stored["configs"]]:
+        old, new = stored["configs"][variant], mine["configs"][variant]
+        where = f"variant {variant!r}: " if variant else ""
+        out += [f"{where}{k} = {new[k]!r} (the study's: {old[k]!r})" for k in new if k in old and new[k] != old[k]]
+    return list(dict.fromkeys(out))
 
 
 def point_from_key(key: str) -> dict[str, Any]:
@@ -127,18 +125,19 @@ def validate_spec(spec: SweepSpec) -> None:
                              "grid axis (--axis seed=0,1,2) instead of --seeds")  # fmt: skip
     for env_id in env_ids:
         inspect_env(env_id)
-    _check_seed_blocks(spec)
+    check_seed_blocks(spec)
 
 
-def _check_seed_blocks(spec: SweepSpec) -> None:
+def check_seed_blocks(spec: SweepSpec, queued: list[dict[str, Any]] = ()) -> None:
     """A seed axis with replicas K splits each cell into blocks of seeds ``seed .. seed+K-1`` (one trial each;
     the analysis pools a cell's seeds whatever trial ran them, a cell being a config without its seed and
     replicas, as each seed's run records it): the blocks of a cell must not overlap, or a seed would count
-    twice."""
+    twice; neither within the grid nor with the ``queued`` points (those an earlier command put in the study)."""
     if "seed" not in spec.grid:
         return
     blocks: dict[str, list[tuple[int, int, str]]] = {}
-    for point in spec.points():
+    points = {point_key(p): p for p in [*queued, *spec.points()] if p.get(VARIANT, "") in ("", *spec.variants)}
+    for point in points.values():
         config = spec.config_for(point)
         cell = point_key({k: v for k, v in config.to_flat().items() if k not in ("seed", "replicas")})
         shown = point_key({k: v for k, v in point.items() if k != "seed"})
