@@ -482,6 +482,10 @@ def test_a_grid_grows_between_commands_and_a_changed_base_is_refused_by_name(tmp
                 eval_every_steps=400, eval_episodes=1, num_workers=1, mode="serial")  # fmt: skip
     loc = locations(tmp_path, None, None)
     run_sweep(SweepSpec("study", "grows", base, {"utd": [1.0]}), loc, quiet=True)
+    with sqlite3.connect(tmp_path / "optuna.db") as db:  # as a study made before studies kept their terms
+        db.execute("delete from study_user_attributes where key = 'dqnlab.terms'")
+    with pytest.raises(SweepError, match=re.escape("total_env_steps = '800' (the study's trial 0 ran '400')")):
+        run_sweep(SweepSpec("study", "grows", dict(base, total_env_steps=800), {"utd": [1.0]}), loc, quiet=True)
     summary = run_sweep(SweepSpec("study", "grows", base, {"utd": [1.0, 4.0]}), loc, quiet=True)
     assert summary["states"] == {"COMPLETE": 2} and summary["grid_size"] == 2
     rows = trial_rows(tmp_path)

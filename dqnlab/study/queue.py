@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any
 
 from dqnlab.study.spec import (
+    VARIANT,
     SweepError,
     SweepSpec,
     check_seed_blocks,
@@ -19,10 +22,13 @@ from dqnlab.study.spec import (
 TERMS = "dqnlab.terms"  # the study's user attribute holding its terms (:func:`study_terms`)
 
 
-def open_study(spec: SweepSpec, storage):
+def open_study(spec: SweepSpec, storage, recorded_params: Callable[[Any], dict[str, str] | None] | None = None):
     """Create the study, or open it if it exists and ``spec`` keeps its terms (the same base config,
     axes, objective and variants; more values on an axis are welcome). SweepError names each field
     that departs, before anything is enqueued: one study never mixes two configurations of a cell.
+
+    A study made before studies kept their terms is checked once against what its first completed trial
+    ran (``recorded_params(trial)``: its first run's MLflow params), then keeps this command's terms.
 
     No sampler is ever asked: a trial's point is the key it was queued with (see ``top_up_queue``), so
     a grid may grow between invocations, which Optuna's categorical parameters would refuse."""
@@ -33,7 +39,11 @@ def open_study(spec: SweepSpec, storage):
                                 direction="maximize", load_if_exists=True)  # fmt: skip
     mine = json.loads(json.dumps(study_terms(spec)))
     stored = study.user_attrs.get(TERMS)
-    if stored is not None and (conflicts := terms_conflicts(stored, mine)):
+    if stored is not None:
+        conflicts = terms_conflicts(stored, mine)
+    else:
+        conflicts = legacy_conflicts(study, spec, recorded_params) if recorded_params else []
+    if conflicts:
         raise SweepError(
             f"--study-name {spec.study_name!r}: this command changes what the study's trials share: "
             f"{'; '.join(conflicts)}. Allowed: the study's own base config, variants, axes and objective "
@@ -43,6 +53,28 @@ def open_study(spec: SweepSpec, storage):
     if stored is None:  # a new study (or one made before studies kept their terms)
         study.set_user_attr(TERMS, mine)
     return study
+
+
+def legacy_conflicts(study, spec: SweepSpec, recorded_params: Callable[[Any], dict[str, str] | None]) -> list[str]:
+    """How this command departs from what a study without stored terms ran: its first completed trial's
+    recorded config (seed and replicas aside) against this command's config for that trial's point."""
+    from optuna.trial import TrialState
+
+    from dqnlab.tracking.mlflow_runs import param_str
+
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        point = point_from_key(trial.user_attrs.get("grid_point", "{}"))
+        if sorted(point) != sorted(spec.grid):
+            return [f"axes {sorted(spec.grid)} (the study's: {sorted(point)})"]
+        if point.get(VARIANT, "") not in ("", *spec.variants):
+            continue
+        params = recorded_params(trial)
+        if params:
+            expected = spec.config_for(point).to_flat()
+            return [f"{k} = {param_str(v)!r} (the study's trial {trial.number} ran {params[k]!r})"
+                    for k, v in expected.items() if k not in ("seed", "replicas") and k in params
+                    and params[k] != param_str(v)]  # fmt: skip
+    return []
 
 
 def queued_keys(study) -> set[str]:

@@ -292,6 +292,15 @@ def _seeds(config: Config) -> list[int]:
     return [config.run.seed + k for k in range(config.run.replicas)]
 
 
+def _first_run_params(client, trial) -> dict[str, str] | None:
+    """The config a trial's first run recorded (its MLflow params), or None if it has none to read."""
+    ids = trial.user_attrs.get("mlflow_run_ids") or []
+    try:
+        return client.get_run(ids[0]).data.params if ids else None
+    except Exception:  # a run the store no longer holds: nothing to check against
+        return None
+
+
 def _record_failure(trial, error: str) -> None:
     trial.set_user_attr("status", "failed")
     trial.set_user_attr("error", error[:2000])
@@ -328,7 +337,7 @@ def run_sweep(
             readers_never_block_writers(url)
         try:
             storage = make_storage(loc.storage, heartbeat_s, grace_s)
-            study = open_study(spec, storage)  # created once, before any trial process starts
+            study = open_study(spec, storage, lambda t: _first_run_params(client, t))  # before any trial process starts
         except SweepError:  # the study exists with other terms
             raise
         except Exception as exc:  # sqlalchemy OperationalError, missing driver, ...

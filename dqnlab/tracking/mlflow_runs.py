@@ -111,7 +111,7 @@ def start_trial_run(client: MlflowClient, experiment_id: str, parent_run_id: str
 
 def log_params(client: MlflowClient, run_id: str, config: Any) -> None:
     """Every config field as a param (``log_batch``, 100 at a time)."""
-    params = [Param(k, _param_str(v)) for k, v in config.to_flat().items()]
+    params = [Param(k, param_str(v)) for k, v in config.to_flat().items()]
     for i in range(0, len(params), PARAMS_PER_BATCH):
         client.log_batch(run_id, params=params[i : i + PARAMS_PER_BATCH])
 
@@ -241,7 +241,8 @@ class MlflowRunTracker:
             pass
 
 
-def _param_str(value: Any) -> str:
+def param_str(value: Any) -> str:
+    """A config value as its run records it (an MLflow param is text; tuples comma-separated)."""
     if isinstance(value, tuple):
         return ",".join(map(str, value))
     return str(value)
