@@ -66,7 +66,7 @@ def mlflow_runs(results: Path):
     return client, client.search_runs([exp.experiment_id], max_results=1000)
 
 
-def test_smoke_sweep_records_every_trial_and_a_rerun_adds_nothing(tmp_path):
+def test_smoke_sweep_records_every_trial_and_a_rerun_adds_nothing(tmp_path, capsys):
     res = run_utd(tmp_path)
     assert res.returncode == 0, res.stderr
     assert "2/2 grid points complete" in res.stdout and "python -m dqnlab.ui --results" in res.stdout
@@ -89,6 +89,12 @@ def test_smoke_sweep_records_every_trial_and_a_rerun_adds_nothing(tmp_path):
     assert rerun.returncode == 0, rerun.stderr
     assert len(trial_rows(tmp_path)) == 2
     assert len(mlflow_runs(tmp_path)[1]) == 3
+    # a dry run on the study says what is left to run, and refuses what a run would refuse; it writes nothing
+    assert sweep_here("utd", [*TINY, "--results", str(tmp_path), "--dry-run"]) == 0
+    assert "2 of them complete" in (out := capsys.readouterr().out) and "for the 0 points to run" in out
+    assert sweep_here("utd", [*TINY, "--results", str(tmp_path), "--dry-run", "--set", "lr=0.5"]) == 2
+    assert "lr = 0.5 (the study's: " in capsys.readouterr().err
+    assert len(trial_rows(tmp_path)) == 2
 
 
 def test_diverging_run_is_a_completed_trial_and_the_sweep_goes_on(tmp_path):
@@ -510,6 +516,7 @@ def test_a_grid_grows_between_commands_and_a_changed_base_is_refused_by_name(tmp
     top_up_queue(open_study(wider, make_storage(loc.storage, heartbeat_s=10, grace_s=30)), wider)
     summary = run_sweep(SweepSpec("study", "grows", base, {"utd": [1.0, 4.0, 8.0]}), loc, quiet=True)
     assert len(summary["rows"]) == summary["grid_size"] == 3
+    assert (summary["study_points"], summary["study_points_complete"]) == (4, 3)  # the study's run stays open
     states = {json.loads(p): state for _, state, p in trial_rows(tmp_path) if state != "PRUNED"}
     assert states == {'{"utd": 1.0}': "COMPLETE", '{"utd": 4.0}': "COMPLETE", '{"utd": 8.0}': "COMPLETE",
                       '{"utd": 16.0}': "WAITING"}  # fmt: skip

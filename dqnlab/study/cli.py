@@ -12,7 +12,7 @@ from typing import Any, get_origin
 from dqnlab.config import ConfigError
 from dqnlab.config_text import field_types, text_parser
 from dqnlab.signals import interrupts_recorded
-from dqnlab.study.runner import run_sweep
+from dqnlab.study.runner import first_run_params, run_sweep
 from dqnlab.study.spec import VARIANT, SweepError, SweepSpec, estimate_trial_s, point_key, validate_spec
 from dqnlab.study.storage import SweepFailed, SweepLocations, locations, without_password
 from dqnlab.tracking.ui import study_url
@@ -138,6 +138,26 @@ def spec_from_args(sweep: str, args: argparse.Namespace, presets: dict[str, Any]
     return SweepSpec(sweep, args.study_name or f"{sweep}-{args.preset}", base, grid, objective, variants)
 
 
+def completed_points(spec: SweepSpec, loc: SweepLocations) -> set[str]:
+    """The keys of the grid points the study already completed ({} before it exists), after the checks a run
+    would make first (SweepError: the command changes the study's terms); reads only."""
+    from optuna.trial import TrialState
+
+    from dqnlab.study.queue import existing_study, refuse_a_changed_study
+
+    study = existing_study(spec, loc.storage)
+    if study is None:
+        return set()
+
+    def recorded_params(trial):
+        from dqnlab.tracking.mlflow_runs import MlflowClient
+
+        return first_run_params(MlflowClient(loc.tracking_uri), trial)
+
+    refuse_a_changed_study(study, spec, recorded_params)
+    return {t.user_attrs.get("grid_point") for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
+
+
 def sweep_main(sweep: str, presets: dict[str, Any], default_preset: str, objective: str, argv=None, report=None) -> int:
     """The command line of ``sweeps/<sweep>.py``; ``report(tracking_uri, experiment, study, out)`` runs at the end."""
     parser = build_parser(f"python sweeps/{sweep}.py", presets, default_preset)
@@ -155,12 +175,19 @@ def sweep_main(sweep: str, presets: dict[str, Any], default_preset: str, objecti
     jobs = args.jobs if args.jobs is not None else presets[args.preset].get("jobs", 1)
     points = spec.points()
     if args.dry_run:
-        total_s = sum(estimate_trial_s(spec.config_for(p)) for p in points) / jobs
-        print(f"study {spec.study_name}: {len(points)} grid points over axes {list(spec.grid)}")
+        try:
+            done = completed_points(spec, loc)
+        except SweepError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        left = [p for p in points if point_key(p) not in done]
+        total_s = sum(estimate_trial_s(spec.config_for(p)) for p in left) / jobs
+        print(f"study {spec.study_name}: {len(points)} grid points over axes {list(spec.grid)}, "
+              f"{len(points) - len(left)} of them complete in {loc.results}")  # fmt: skip
         for p in points:
-            print(f"  {point_key(p)}")
+            print(f"  {point_key(p)}{'  (complete)' if point_key(p) in done else ''}")
         print(f"base: {spec.base}")
-        print(f"estimated time: {total_s / 60:.1f} min with --jobs {jobs} (rough)")
+        print(f"estimated time: {total_s / 60:.1f} min with --jobs {jobs} for the {len(left)} points to run (rough)")
         if args.half_width is not None:
             from dqnlab.study.plan import format_plan, pilot_values, seed_plan
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from dqnlab.study.spec import (
@@ -37,10 +38,18 @@ def open_study(spec: SweepSpec, storage, recorded_params: Callable[[Any], dict[s
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(study_name=spec.study_name, storage=storage, sampler=queue_sampler(),
                                 direction="maximize", load_if_exists=True)  # fmt: skip
-    mine = json.loads(json.dumps(study_terms(spec)))
+    refuse_a_changed_study(study, spec, recorded_params)
+    if "configs" not in study.user_attrs.get(TERMS, {}):  # a new study (or one made before studies kept terms)
+        study.set_user_attr(TERMS, json.loads(json.dumps(study_terms(spec))))
+    return study
+
+
+def refuse_a_changed_study(study, spec: SweepSpec, recorded_params=None) -> None:
+    """SweepError if ``spec`` departs from the study's terms (or, for a study without stored terms, from
+    what its first completed trial ran), or its seed blocks overlap those the study holds. Reads only."""
     stored = study.user_attrs.get(TERMS)
-    if stored is not None:
-        conflicts = terms_conflicts(stored, mine)
+    if stored is not None and "configs" in stored:  # (terms stored for 27 minutes of d069b71 had no "configs")
+        conflicts = terms_conflicts(stored, json.loads(json.dumps(study_terms(spec))))
     else:
         conflicts = legacy_conflicts(study, spec, recorded_params) if recorded_params else []
     if conflicts:
@@ -49,10 +58,22 @@ def open_study(spec: SweepSpec, storage, recorded_params: Callable[[Any], dict[s
             f"{'; '.join(conflicts)}. Allowed: the study's own base config, variants, axes and objective "
             f"(more values on an axis are fine); or a new --study-name for the new configuration"
         )
-    check_seed_blocks(spec, [point_from_key(k) for k in queued_keys(study)])  # blocks queued by earlier commands
-    if stored is None:  # a new study (or one made before studies kept their terms)
-        study.set_user_attr(TERMS, mine)
-    return study
+    # the blocks earlier commands queued, failed ones too (their command runs them again)
+    check_seed_blocks(spec, [point_from_key(t.user_attrs["grid_point"]) for t in study.get_trials(deepcopy=False)
+                             if "grid_point" in t.user_attrs])  # fmt: skip
+
+
+def existing_study(spec: SweepSpec, storage_url: str):
+    """The study if its store holds it, else None; creates no file, no table and no study (a dry run)."""
+    import optuna
+
+    if storage_url.startswith("sqlite:///") and not Path(storage_url.removeprefix("sqlite:///")).exists():
+        return None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        return optuna.load_study(study_name=spec.study_name, storage=storage_url, sampler=queue_sampler())
+    except KeyError:  # the store holds no such study
+        return None
 
 
 def legacy_conflicts(study, spec: SweepSpec, recorded_params: Callable[[Any], dict[str, str] | None]) -> list[str]:

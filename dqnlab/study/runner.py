@@ -151,6 +151,10 @@ def worker_loop(args: WorkerArgs, report=None) -> None:
         return next((t.state.name for t in study.get_trials(deepcopy=False) if t.number == number), "FAIL")
 
     def objective(trial) -> float:
+        key = trial.user_attrs.get("grid_point")
+        if key is not None and key not in own_keys:  # queued by another command on this study (a wider grid):
+            study.enqueue_trial({}, user_attrs={"grid_point": key})  # back in the queue for it, signals held
+            raise optuna.TrialPruned(f"grid point {key} is not in this command's grid; left waiting for one that has it")
         try:
             with gate.opened():  # an interrupt lands inside the trial, where it is recorded
                 return run_point(trial)
@@ -195,9 +199,6 @@ def worker_loop(args: WorkerArgs, report=None) -> None:
         key = trial.user_attrs.get("grid_point")
         if key is None:
             raise optuna.TrialPruned("not a queued grid point: the grid is exhausted")
-        if key not in own_keys:  # queued by another command on this study (a wider grid): back in the queue for it
-            study.enqueue_trial({}, user_attrs={"grid_point": key})
-            raise optuna.TrialPruned(f"grid point {key} is not in this command's grid; left waiting for one that has it")
         point = point_from_key(key)
         owner = claim_grid_point(claims, spec.study_name, key, trial.number, state_of)
         if owner is not None:
@@ -292,7 +293,7 @@ def _seeds(config: Config) -> list[int]:
     return [config.run.seed + k for k in range(config.run.replicas)]
 
 
-def _first_run_params(client, trial) -> dict[str, str] | None:
+def first_run_params(client, trial) -> dict[str, str] | None:
     """The config a trial's first run recorded (its MLflow params), or None if it has none to read."""
     ids = trial.user_attrs.get("mlflow_run_ids") or []
     try:
@@ -337,7 +338,7 @@ def run_sweep(
             readers_never_block_writers(url)
         try:
             storage = make_storage(loc.storage, heartbeat_s, grace_s)
-            study = open_study(spec, storage, lambda t: _first_run_params(client, t))  # before any trial process starts
+            study = open_study(spec, storage, lambda t: first_run_params(client, t))  # before any trial process starts
         except SweepError:  # the study exists with other terms
             raise
         except Exception as exc:  # sqlalchemy OperationalError, missing driver, ...
@@ -426,16 +427,17 @@ def close_study_run(client, parent_run_id: str, study, summary: dict[str, Any]) 
     cells = [{**json.loads(c["cell"]), "iqm": c["iqm"], "n_seeds": c["n"], "values": c["values"]}
              for c in summary["cells"]]  # fmt: skip
     client.log_dict(parent_run_id, {"cells": cells, "states": summary["states"]}, "summary/cells.json")
-    done = len(summary["rows"])
+    done, total = summary["study_points_complete"], summary["study_points"]  # every command's grid
     client.log_metric(parent_run_id, "points_complete", done)
-    client.log_metric(parent_run_id, "points_total", summary["grid_size"])
+    client.log_metric(parent_run_id, "points_total", total)
     if study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING)):
         return
-    close_parent(client, parent_run_id, "FINISHED" if done == summary["grid_size"] else "FAILED")
+    close_parent(client, parent_run_id, "FINISHED" if done == total else "FAILED")
 
 
 def summarise(study, spec: SweepSpec) -> dict[str, Any]:
-    """This command's completed grid points (``rows``, out of ``grid_size``) and, per cell of the whole study
+    """This command's completed grid points (``rows``, out of ``grid_size``; the whole study's: ``study_points``
+    and ``study_points_complete``) and, per cell of the whole study
     (a grid point without its seed, whichever command ran it), the IQM of the objective over its seeds
     (every replica of every trial of the cell); seeds without a final return (hard-diverged) are counted
     and left out of the IQM."""
@@ -464,6 +466,9 @@ def summarise(study, spec: SweepSpec) -> dict[str, Any]:
     counts: dict[str, int] = defaultdict(int)
     for t in study.get_trials(deepcopy=False):
         counts[t.state.name] += 1
+    keys = own | {t.user_attrs["grid_point"] for t in study.get_trials(deepcopy=False) if "grid_point" in t.user_attrs}
+    complete = {t.user_attrs["grid_point"] for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
     rows = [r for r in rows if point_key(r["point"]) in own]
     return {"rows": sorted(rows, key=lambda r: r["trial"]), "cells": cells, "states": dict(counts),
-            "grid_size": len(spec.points())}  # fmt: skip
+            "grid_size": len(spec.points()), "study_points": len(keys),
+            "study_points_complete": len(complete & keys)}  # fmt: skip
