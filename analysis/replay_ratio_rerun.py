@@ -92,11 +92,18 @@ def _count(value: float) -> str:
     return f"{value:.0f}" if np.isfinite(value) else "—"
 
 
-def wall_minutes(runs: pd.DataFrame) -> pd.Series:
-    """Per cell (utd, target_unit): the trial's wall time in minutes (its replicas' median of env steps
-    over env steps per second; the replicas of a trial share one clock)."""
+def trial_minutes(runs: pd.DataFrame) -> pd.Series:
+    """Per trial (utd, target_unit, study, trial_number): its wall time in minutes (its replicas' median of
+    env steps over env steps per second; the replicas of a trial share one clock). A cell run as seed
+    blocks has a trial per block; :func:`wall_minutes` sums them."""
     per_run = runs["final_env_steps"] / runs["final_env_steps_per_s_total"] / 60.0
-    return per_run.groupby([runs["utd"], runs["target_unit"]]).median()
+    trial = [runs[c] for c in ("study", "trial_number") if c in runs]  # (runs made by hand: one trial a cell)
+    return per_run.groupby([runs["utd"], runs["target_unit"], *trial]).median()
+
+
+def wall_minutes(runs: pd.DataFrame) -> pd.Series:
+    """Per cell (utd, target_unit): the wall time of its trials in minutes, summed over its seed blocks."""
+    return trial_minutes(runs).groupby(level=[0, 1]).sum()
 
 
 def seed_correlations(runs: pd.DataFrame) -> dict[str, float]:
@@ -127,12 +134,12 @@ def plain_runs(runs: pd.DataFrame) -> pd.DataFrame:
 
 def _study_block(name: str, env: str, base: str, runs: pd.DataFrame, hist: pd.DataFrame) -> list[str]:
     cells = cell_rows(runs, hist)
-    minutes = wall_minutes(runs)
+    minutes, trials = wall_minutes(runs), len(trial_minutes(runs))
     steps = int(runs["total_env_steps"].median())
     md = [f"\n**{env}, {base}** (`{name}`, {steps:,} env steps): per cell, final greedy return (mean of the last "
           "quarter of the evaluations) and area under the greedy curve, IQM over seeds [95% bootstrap CI]; seeds "
-          "soft-diverged at any check / at the end; median final max \\|Q\\|; target copies (median); the trial's "
-          "wall time (all its seeds at once, serial mode).", "",
+          "soft-diverged at any check / at the end; median final max \\|Q\\|; target copies (median); the cell's "
+          "wall time (all of a trial's seeds at once, serial mode; a cell run as seed blocks: its trials summed).", "",
           "| UTD | target in | seeds | final return | AUC | soft div. (any / end) | max \\|Q\\| | target copies | "
           "wall (min) |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in cells.sort_values(["utd", "target_unit"], key=lambda c: c.map(UNITS.index) if c.name == "target_unit"
@@ -140,7 +147,7 @@ def _study_block(name: str, env: str, base: str, runs: pd.DataFrame, hist: pd.Da
         md.append(f"| {r.utd:g} | {_unit(r.target_unit)} | {r.n} | {fmt_ci(*r.final)} | {fmt_ci(*r.auc)} | "
                   f"{r.diverged[0]}/{r.n} / {r.diverged[1]}/{r.n} | {_q(r.q_max)} | {_count(r.target_updates)} | "
                   f"{minutes.get((r.utd, r.target_unit), float('nan')):.0f} |")  # fmt: skip
-    md += ["", f"Cost: {minutes.sum():.0f} min of trial wall time for the {len(minutes)} trials (summed; trials "
+    md += ["", f"Cost: {minutes.sum():.0f} min of trial wall time for the {trials} trials (summed; trials "
            "run side by side overlap in the clock)."]
     a_a = [_returns(runs[(runs["utd"] == 1.0) & (runs["target_unit"] == unit)]) for unit in ("env_steps", "updates")]
     if all(len(x) for x in a_a):
