@@ -138,7 +138,7 @@ HEADLINES = [
              "With the copy rate held, UTD 1 scored worse than 0.25 at 50k env steps on the RL Zoo base and UTD 4 "
              "better than 1, still below 0.25: not a slope; on dqnlab's default base UTD 1 scored better than 0.25 "
              "(same AUC) and UTD 4 better than 1: the base sets the sign. With the period in updates UTD 4 "
-             "soft-diverged in 104 of 110 seeds.", "replay_ratio_rerun",
+             "scored worse than 1 on both bases and soft-diverged in 104 and 88 of 110 seeds.", "replay_ratio_rerun",
              contrast("rerun at power, replay_ratio-rerun_cartpole",
                       "final return, target in env steps: UTD 1 minus 0.25"), "worse",
              "CartPole-v1, 50k env steps, 110 seeds",
