@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,8 +38,8 @@ def open_study(spec: SweepSpec, storage, recorded_params: Callable[[Any], dict[s
     study = optuna.create_study(study_name=spec.study_name, storage=storage, sampler=queue_sampler(),
                                 direction="maximize", load_if_exists=True)  # fmt: skip
     refuse_a_changed_study(study, spec, recorded_params)
-    if "configs" not in study.user_attrs.get(TERMS, {}):  # a new study (or one made before studies kept terms)
-        study.set_user_attr(TERMS, json.loads(json.dumps(study_terms(spec))))
+    if TERMS not in study.user_attrs:  # a new study (or one made before studies kept their terms)
+        study.set_user_attr(TERMS, study_terms(spec))
     return study
 
 
@@ -48,8 +47,8 @@ def refuse_a_changed_study(study, spec: SweepSpec, recorded_params=None) -> None
     """SweepError if ``spec`` departs from the study's terms (or, for a study without stored terms, from
     what its first completed trial ran), or its seed blocks overlap those the study holds. Reads only."""
     stored = study.user_attrs.get(TERMS)
-    if stored is not None and "configs" in stored:  # (terms stored for 27 minutes of d069b71 had no "configs")
-        conflicts = terms_conflicts(stored, json.loads(json.dumps(study_terms(spec))))
+    if stored is not None:
+        conflicts = terms_conflicts(stored, study_terms(spec))
     else:
         conflicts = legacy_conflicts(study, spec, recorded_params) if recorded_params else []
     if conflicts:

@@ -59,15 +59,15 @@ class SweepSpec:
 def study_terms(spec: SweepSpec) -> dict[str, Any]:
     """What every trial of the study shares, whatever its grid point: the axes, the objective, and per
     variant (``""`` without a variant axis) each config field no axis sets, resolved (the variant's
-    bundle and the defaults included). A study keeps its terms for life; only its axes' values may grow
-    (see :func:`terms_conflicts`)."""
+    bundle and the defaults included), in the JSON form the study stores. A study keeps its terms for
+    life; only its axes' values may grow (see :func:`terms_conflicts`)."""
     first = spec.points()[0]
     names = list(spec.variants) if VARIANT in spec.grid else [""]
     configs = {}
     for name in names:
         resolved = spec.config_for({**first, VARIANT: name} if name else first).to_flat()
         configs[name] = {k: encode(v) for k, v in resolved.items() if k not in spec.grid}
-    return {"axes": sorted(spec.grid), "objective": spec.objective, "configs": configs}
+    return json.loads(json.dumps({"axes": sorted(spec.grid), "objective": spec.objective, "configs": configs}))
 
 
 def terms_conflicts(stored: dict[str, Any], mine: dict[str, Any]) -> list[str]:
