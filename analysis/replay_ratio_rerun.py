@@ -52,12 +52,20 @@ STUDIES = {"replay_ratio-rerun_cartpole": ("CartPole-v1", "RL Zoo base"),
            "replay_ratio-rerun_default": ("CartPole-v1", "dqnlab's default base (finding 1's)"),
            "replay_ratio-rerun_acrobot": ("Acrobot-v1", "RL Zoo base")}  # fmt: skip
 """Each rerun study's env and base."""
-PARTS = ("utd0.25_1", "utd1", "utd4")
+PARTS = ("utd0.25_1", "utd1", "utd4", *(f"utd4-seeds{first}" for first in range(0, 170, 34)))
 """A rerun study may run as studies of its own, one per part (``--axis utd=... --study-name <study>-<part>``:
 the same config and seeds per cell; the cheap cells first), read together while the full study is absent.
 Acrobot's UTD-1 cells run as ``-utd1`` (before d069b71 a study's grid could not grow). A part too long for
-one sitting runs its cells as seed blocks (``--set replicas=K --axis seed=0,K,2K,...``: one trial a block,
-resumed block by block; the cell pools its blocks' seeds)."""
+one sitting runs its cells as seed blocks (``--set replicas=K --axis seed=0,K,2K,...``: one trial a block;
+the cell pools its blocks' seeds). A results folder does not outlive the machine it ran on, its exported
+data do: Acrobot's UTD 4 (~6 h) runs as one part per block of 34 seeds (``-utd4-seeds0``, ``-seeds34``,
+..., ``-seeds136``), each exported when its two trials end."""
+PLANNED_SEEDS = {"replay_ratio-rerun_cartpole": 110, "replay_ratio-rerun_default": 110,
+                 "replay_ratio-rerun_acrobot": 170}  # fmt: skip
+"""Seeds a cell, as the power table asked and the presets run (``sweeps/replay_ratio.py``'s ``RERUNS``; a test
+holds them equal). A cell with fewer so far (its blocks still running, part by part) is listed with its count
+and held out of the contrasts, the noise floor and the figure until its last block is in: no verdict or
+curve is read from part of a planned sample."""
 LR_STUDY = "replay_ratio-rerun_lr_check"
 """Three learning rates per UTD on tuning seeds (``--preset rerun_lr_check``): is a UTD effect a step-size effect?"""
 NEIGHBOURS = ((1.0, 0.25), (4.0, 1.0))
@@ -132,23 +140,43 @@ def plain_runs(runs: pd.DataFrame) -> pd.DataFrame:
     return runs[plain].assign(variant="plain")
 
 
-def _study_block(name: str, env: str, base: str, runs: pd.DataFrame, hist: pd.DataFrame) -> list[str]:
+def split_running(runs: pd.DataFrame, planned: int | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``runs`` as (the cells with at least ``planned`` seeds, the cells still short of it); every cell is
+    complete where nothing was planned."""
+    seeds = runs.groupby(["utd", "target_unit"])["seed"].transform("nunique")
+    complete = seeds >= planned if planned else pd.Series(True, index=runs.index)
+    return runs[complete], runs[~complete]
+
+
+def _running_rows(running: pd.DataFrame, planned: int | None) -> list[str]:
+    minutes = wall_minutes(running)
+    return [f"| {u:g} | {_unit(unit)} | {g['seed'].nunique()} of {planned} so far | held out until its last seed "
+            f"block is in | — | — | — | — | {minutes.get((u, unit), float('nan')):.0f} |"
+            for (u, unit), g in running.groupby(["utd", "target_unit"])]  # fmt: skip
+
+
+def _study_block(name: str, env: str, base: str, runs: pd.DataFrame, hist: pd.DataFrame,
+                 running: pd.DataFrame, planned: int | None) -> list[str]:  # fmt: skip
     cells = cell_rows(runs, hist)
-    minutes, trials = wall_minutes(runs), len(trial_minutes(runs))
-    steps = int(runs["total_env_steps"].median())
+    spent = pd.concat([runs, running])
+    minutes, trials = wall_minutes(spent), len(trial_minutes(spent))
+    steps = int(spent["total_env_steps"].median())
     md = [f"\n**{env}, {base}** (`{name}`, {steps:,} env steps): per cell, final greedy return (mean of the last "
           "quarter of the evaluations) and area under the greedy curve, IQM over seeds [95% bootstrap CI]; seeds "
           "soft-diverged at any check / at the end; median final max \\|Q\\|; target copies (median); the cell's "
           "wall time (all of a trial's seeds at once, serial mode; a cell run as seed blocks: its trials summed).", "",
           "| UTD | target in | seeds | final return | AUC | soft div. (any / end) | max \\|Q\\| | target copies | "
           "wall (min) |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for r in cells.sort_values(["utd", "target_unit"], key=lambda c: c.map(UNITS.index) if c.name == "target_unit"
-                               else c).itertuples():  # fmt: skip
+    order = (lambda c: c.map(UNITS.index) if c.name == "target_unit" else c)
+    for r in (cells if cells.empty else cells.sort_values(["utd", "target_unit"], key=order)).itertuples():
         md.append(f"| {r.utd:g} | {_unit(r.target_unit)} | {r.n} | {fmt_ci(*r.final)} | {fmt_ci(*r.auc)} | "
                   f"{r.diverged[0]}/{r.n} / {r.diverged[1]}/{r.n} | {_q(r.q_max)} | {_count(r.target_updates)} | "
                   f"{minutes.get((r.utd, r.target_unit), float('nan')):.0f} |")  # fmt: skip
+    md += _running_rows(running, planned)
     md += ["", f"Cost: {minutes.sum():.0f} min of trial wall time for the {trials} trials (summed; trials "
            "run side by side overlap in the clock)."]
+    if runs.empty:
+        return md
     a_a = [_returns(runs[(runs["utd"] == 1.0) & (runs["target_unit"] == unit)]) for unit in ("env_steps", "updates")]
     if all(len(x) for x in a_a):
         d, draws = bootstrap_difference(*a_a, reps=REPS)
@@ -197,16 +225,20 @@ def lr_check_lines(runs: pd.DataFrame, hist: pd.DataFrame) -> list[str]:
 
 
 def finding_rerun(studies: dict[str, tuple[pd.DataFrame, pd.DataFrame]],
-                  lr_check: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> Finding:  # fmt: skip
+                  lr_check: tuple[pd.DataFrame, pd.DataFrame] | None = None,
+                  planned: dict[str, int] | None = None) -> Finding:  # fmt: skip
     """Finding 4r: one block of tables and one row of the figure per rerun study present (name -> (runs,
-    hist)), and the learning-rate check's table where it ran."""
+    hist)), and the learning-rate check's table where it ran. A cell short of its study's ``planned`` seeds
+    (default :data:`PLANNED_SEEDS`) is listed, never contrasted or drawn."""
+    planned = PLANNED_SEEDS if planned is None else planned
     md: list[str] = []
     fig, axes = plt.subplots(len(studies), 3, figsize=(18, 4.4 * len(studies)), squeeze=False)
     for axrow, (name, (runs, hist)) in zip(axes, studies.items()):
         env, base = STUDIES[name]
-        runs = plain_runs(runs)
-        md += _study_block(name, env, base, runs, hist)
-        _draw(axrow, runs, hist, f"{env}, {base}")
+        runs, running = split_running(plain_runs(runs), planned.get(name))
+        md += _study_block(name, env, base, runs, hist, running, planned.get(name))
+        if not runs.empty:
+            _draw(axrow, runs, hist, f"{env}, {base}")
     if lr_check is not None:
         md += lr_check_lines(*lr_check)
     fig.suptitle("Finding 4's primary contrasts at power: plain DQN, UTD x the target period's unit (serial mode)")

@@ -11,9 +11,10 @@
         --study-name replay_ratio-rerun_cartpole-utd0.25_1  # ... or in two parts, the cheap cells first
         # (then --axis utd=4 --study-name replay_ratio-rerun_cartpole-utd4; finding 4r reads the parts together)
     python sweeps/replay_ratio.py --preset rerun_acrobot --axis utd=4 --set replicas=34 \
-        --axis seed=0,34,68,102,136 --study-name replay_ratio-rerun_acrobot-utd4 --jobs 2
-        # ~6 h: each cell as five blocks of 34 seeds (one trial each, pooled by the analysis); a stopped
-        # sweep loses the blocks in flight only, and the same command runs the rest
+        --axis seed=0 --study-name replay_ratio-rerun_acrobot-utd4-seeds0 --jobs 2
+        # ~75 min: one block of 34 seeds of both cells (two trials side by side), a part of its own, exported
+        # when it ends; then seed=34 as -seeds34, ..., 136 (~6 h in all). A results folder does not outlive
+        # its machine: a part sized to one sitting is never lost half run
     python sweeps/replay_ratio.py --preset smoke           # seconds (tests)
 
 Raising the replay ratio (UTD) with the target period fixed in gradient updates also copies the

@@ -273,7 +273,7 @@ def test_finding_4r_contrasts_each_utd_with_its_neighbours_on_final_return_and_a
     lr_runs = pd.DataFrame([dict(r, lr=lr, run_id=f"{lr}-{r['run_id']}") for r in runs[-30:-20] for lr in (1e-3, 2.3e-3)])
     lr_hist = pd.DataFrame([dict(h, run_id=f"{lr}-{h['run_id']}") for h in hist[-120:-80] for lr in (1e-3, 2.3e-3)])
     text = finding_rerun({"replay_ratio-rerun_cartpole": (pd.DataFrame(runs + stray), pd.DataFrame(hist))},
-                         (lr_runs, lr_hist)).text  # fmt: skip
+                         (lr_runs, lr_hist), planned={"replay_ratio-rerun_cartpole": 30}).text  # fmt: skip
     assert "| 4 | 0.0023 | 10 | 294 [" in text and "| 4 | 0.001 | 10 | 294 [" in text, text  # the rate check's cells
     verdict = {line.split("|")[1].strip(): line.split("|")[-2].strip() for line in text.splitlines()
                if line.startswith(("| final return", "| AUC"))}  # fmt: skip
@@ -318,3 +318,53 @@ def test_finding_4r_pools_a_cells_seed_blocks_from_its_parts_and_refuses_a_seed_
     in_both = r"seed 2 of cell utd=4, target_unit=updates is in .*acrobot-utd0.25_1.*acrobot-utd4"
     with pytest.raises(ValueError, match=in_both):
         by_study({f"{name}-utd0.25_1": twice, f"{name}-utd4": high})
+
+
+def test_finding_4r_holds_a_cell_short_of_its_planned_seeds_out_of_every_contrast_and_lists_its_count():
+    """A cell whose seed blocks are still running (its parts exported one session at a time) is listed with
+    its seed count and never tested or drawn: the contrasts that need it read `not run`, the others stand;
+    once its last block is in, it is contrasted. The planned seeds are the presets' (one number, two places)."""
+    import importlib.util
+    from pathlib import Path
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import pandas as pd
+
+    from analysis.replay_ratio_rerun import PLANNED_SEEDS, finding_rerun
+    from dqnlab import metrics as M
+
+    def cells(seeds_at_4: int):
+        runs, hist = [], []
+        for utd in (0.25, 1.0, 4.0):
+            for unit in ("updates", "env_steps"):
+                for seed in range(seeds_at_4 if utd == 4.0 else 8):
+                    run_id, level = f"{utd}-{unit}-{seed}", 300.0 + seed - 100.0 * (utd == 4.0)
+                    runs.append({"run_id": run_id, "status": "completed", "outcome": "completed", "utd": utd,
+                                 "target_update": "hard", "layer_norm": False, "reset": "none",
+                                 "target_unit": unit, "seed": seed, "final_return": level, "total_env_steps": 10_000,
+                                 "final_env_steps": 10_000, "final_env_steps_per_s_total": 10_000 / 60})  # fmt: skip
+                    hist += [{"run_id": run_id, "metric": M.EVAL_RETURN_MEAN, M.ENV_STEPS: s, "value": level}
+                             for s in (5_000, 10_000)]  # fmt: skip
+        return {"replay_ratio-rerun_acrobot": (pd.DataFrame(runs), pd.DataFrame(hist))}
+
+    def verdicts(text):
+        return {line.split("|")[1].strip(): line.split("|")[-2].strip() for line in text.splitlines()
+                if line.startswith(("| final return", "| AUC"))}  # fmt: skip
+
+    running = finding_rerun(cells(3), planned={"replay_ratio-rerun_acrobot": 8}).text
+    assert "| 4 | updates | 3 of 8 so far | held out until its last seed block is in |" in running, running
+    v = verdicts(running)
+    assert v["final return, target in updates: UTD 4 minus 1"] == "not run", running
+    assert v["AUC, target in env steps: UTD 4 minus 1"] == "not run", running
+    assert v["final return, UTD 4: target in env steps minus in updates"] == "not run", running
+    assert v["final return, target in updates: UTD 1 minus 0.25"] != "not run", running
+    assert "Cost: 6 min of trial wall time for the 6 trials" in running, running  # the running cells' time too
+    complete = verdicts(finding_rerun(cells(8), planned={"replay_ratio-rerun_acrobot": 8}).text)
+    assert complete["final return, target in updates: UTD 4 minus 1"] == "worse", complete
+
+    path = Path(__file__).resolve().parents[1] / "sweeps" / "replay_ratio.py"
+    module = importlib.util.module_from_spec(spec := importlib.util.spec_from_file_location("rr_sweep", path))
+    spec.loader.exec_module(module)
+    assert PLANNED_SEEDS == {f"replay_ratio-{preset}": base["replicas"] for preset, base in module.RERUNS.items()}
