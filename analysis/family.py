@@ -99,6 +99,9 @@ class Family:
     """The bootstrap generator's seed (each contrast draws from ``(seed, its index)``)."""
     draws: int = DRAWS
     max_draws: int = MAX_DRAWS
+    count_not_run: bool = False
+    """Holm and the TOST level count every declared contrast, one not run yet as p = 1 (a family read while
+    some of its cells still run: a word it gives can only strengthen when they land, never flip)."""
     rows: list[dict] = field(default_factory=list)
     _results: dict[int, list[dict]] = field(default_factory=dict, repr=False)
 
@@ -138,13 +141,15 @@ class Family:
 
     def _compute(self, seed: int) -> list[dict]:
         tested = [r for r in self.rows if not r["missing"]]
-        m = max(len(tested), 1)
+        not_run = len(self.rows) - len(tested) if self.count_not_run else 0
+        m = max(len(tested) + not_run, 1)
         rngs = [np.random.default_rng([seed, i]) for i in range(len(tested))]
         draws = [np.asarray(r["sample"], dtype=float) if isinstance(r["sample"], np.ndarray)
                  else _draw(r["sample"], rng, self.draws) for r, rng in zip(tested, rngs)]  # fmt: skip
         while True:
             p = np.array([bootstrap_p_value(d) for d in draws])
-            adjusted, scaled, source = holm_with_sources(p) if tested else (p, p, np.zeros(0, dtype=int))
+            # contrasts not run as p = 1 rank last (a stable sort): no tested contrast's source is one of them
+            adjusted, scaled, source = (a[: len(p)] for a in holm_with_sources(np.concatenate([p, np.ones(not_run)])))
             se = np.array([min(m - int(np.sum(p < p[i])), m) * p_value_mc_se(p[i], d.size)
                            for i, d in enumerate(draws)])  # fmt: skip
             near_alpha = [abs(scaled[i] - ALPHA) < Z * se[i] or (abs(scaled[i] - ALPHA) < NEAR and se[i] > MC_SE_TARGET)
@@ -180,7 +185,10 @@ class Family:
         res = self.results()
         tested = sum(not r["missing"] for r in res)
         most = max((r["draws"] for r in res if not r["missing"]), default=0)
-        lines = [f"Family *{self.name}*: {tested} contrasts, Holm-corrected (alpha {ALPHA}); equivalence margin "
+        short = self.count_not_run and tested < len(res)
+        counted = (f"{tested} of {len(res)} contrasts run, Holm-corrected over all {len(res)}, a contrast not run "
+                   "counting as p = 1" if short else f"{tested} contrasts, Holm-corrected")  # fmt: skip
+        lines = [f"Family *{self.name}*: {counted} (alpha {ALPHA}); equivalence margin "
                  f"±{self.margin:g} (TOST at the corrected level); {self.draws:,} bootstrap draws a contrast, "
                  f"up to {most:,} near a threshold; Holm p with its Monte Carlo SE.", "",
                  "| contrast | estimate [95% CI] | p | Holm p (MC SE) | verdict |", "|---|---|---|---|---|"]  # fmt: skip

@@ -102,21 +102,24 @@ def contrasts(runs: pd.DataFrame, env: str) -> Family:
     return family
 
 
-def _holm_verdicts(out: pd.DataFrame) -> pd.DataFrame:
+def _holm_verdicts(out: pd.DataFrame, declared: int = 0) -> pd.DataFrame:
     """A family of Fisher contrasts (``p``, ``sign`` of the first rate minus the second) with its Holm
-    adjustment and verdict: ``more``/``fewer`` where the adjusted p < 0.05, else ``inconclusive``."""
+    adjustment and verdict: ``more``/``fewer`` where the adjusted p < 0.05, else ``inconclusive``. Holm
+    counts ``declared`` contrasts where more were declared than run (one not run as p = 1)."""
     if out.empty:
         return out
-    out["p_holm"] = holm(out["p"].to_numpy())
+    padding = np.ones(max(declared - len(out), 0))
+    out["p_holm"] = holm(np.concatenate([out["p"].to_numpy(), padding]))[: len(out)]
     out["verdict"] = [("more" if s > 0 else "fewer") if q < 0.05 else "inconclusive"
                       for s, q in zip(out["sign"], out["p_holm"])]  # fmt: skip
     return out
 
 
-def divergence_contrasts(runs: pd.DataFrame, hist: pd.DataFrame) -> pd.DataFrame:
+def divergence_contrasts(runs: pd.DataFrame, hist: pd.DataFrame, declared: int = 0) -> pd.DataFrame:
     """The soft-divergence family (module docstring): per variant and UTD other than 1, seeds soft-diverged
-    at any check with the target in env steps and in updates, Fisher's p and its Holm adjustment, and the
-    verdict (``fewer``/``more`` in env steps where the adjusted p < 0.05, else ``inconclusive``)."""
+    at any check with the target in env steps and in updates, Fisher's p and its Holm adjustment (over
+    ``declared`` contrasts where more were declared than run), and the verdict (``fewer``/``more`` in env
+    steps where the adjusted p < 0.05, else ``inconclusive``)."""
     rows = []
     for v in [v for v in VARIANTS if v in set(runs["variant"])]:
         for u in sorted(runs["utd"].unique()):
@@ -131,18 +134,21 @@ def divergence_contrasts(runs: pd.DataFrame, hist: pd.DataFrame) -> pd.DataFrame
             rows.append({"utd": u, "variant": v, "env_steps": f"{env_hits}/{n_env}", "updates": f"{upd_hits}/{n_upd}",
                          "p": fisher_exact(env_hits, n_env, upd_hits, n_upd),
                          "sign": np.sign(env_hits / n_env - upd_hits / n_upd)})  # fmt: skip
-    return _holm_verdicts(pd.DataFrame(rows))
+    return _holm_verdicts(pd.DataFrame(rows), declared)
 
 
 def unit_divergence_lines(div: pd.DataFrame, family: str, compared: str, columns: tuple[str, str],
-                          verdict_of: str) -> list[str]:  # fmt: skip
+                          verdict_of: str, declared: int = 0) -> list[str]:  # fmt: skip
     """One variant's soft-divergence family by unit (:func:`divergence_contrasts`) as Markdown lines: ``compared``
     says what is compared, ``columns`` name the env-step and update columns, ``verdict_of`` the side the
-    verdict word is about; [] when no contrast was made."""
+    verdict word is about, ``declared`` how many contrasts Holm counted; [] when no contrast was made."""
     if div.empty:
         return []
-    return ["", f"Family *{family}*: {len(div)} contrasts, seeds soft-diverged at any check with {compared}, Fisher's "
-            "exact test, Holm-corrected (alpha 0.05):", "",
+    short = declared > len(div)
+    counted = f"{len(div)} of {declared} contrasts run" if short else f"{len(div)} contrasts"
+    corrected = f"Holm-corrected over all {declared}, a contrast not run counting as p = 1" if short else "Holm-corrected"
+    return ["", f"Family *{family}*: {counted}, seeds soft-diverged at any check with {compared}, Fisher's "
+            f"exact test, {corrected} (alpha 0.05):", "",
             f"| UTD | {columns[0]} | {columns[1]} | p | Holm p | verdict ({verdict_of}) |", "|---|---|---|---|---|---|",
             *(f"| {r.utd:g} | {r.env_steps} | {r.updates} | {r.p:.2g} | {r.p_holm:.2g} | {r.verdict} |"
               for r in div.itertuples())]  # fmt: skip

@@ -83,7 +83,7 @@ def contrasts(runs: pd.DataFrame, hist: pd.DataFrame, name: str, env: str) -> Fa
     cells = {k: g for k, g in runs.groupby(["utd", "target_unit"])}
     final = {k: _returns(g) for k, g in cells.items()}
     auc = {k: auc_of(g, hist) for k, g in cells.items()}
-    family = Family(f"rerun at power, {name}", MARGIN.get(env, float("nan")))
+    family = Family(f"rerun at power, {name}", MARGIN.get(env, float("nan")), count_not_run=True)
     empty = np.array([])
     for score, values in (("final return", final), ("AUC", auc)):
         for unit in UNITS:
@@ -140,18 +140,21 @@ def plain_runs(runs: pd.DataFrame) -> pd.DataFrame:
     return runs[plain].assign(variant="plain")
 
 
-def split_running(runs: pd.DataFrame, planned: int | None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``runs`` as (the cells with at least ``planned`` seeds, the cells still short of it); every cell is
-    complete where nothing was planned."""
-    seeds = runs.groupby(["utd", "target_unit"])["seed"].transform("nunique")
-    complete = seeds >= planned if planned else pd.Series(True, index=runs.index)
+def split_complete(runs: pd.DataFrame, planned: int | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``runs`` as (the cells with at least ``planned`` seeds that ended, failed ones not counted: a part
+    exported mid-block, a lost trial; the cells still short of it); every cell is complete where nothing
+    was planned."""
+    seeds = runs["seed"].where(runs["outcome"] != "failed").groupby([runs["utd"], runs["target_unit"]])
+    complete = seeds.transform("nunique") >= planned if planned else pd.Series(True, index=runs.index)
     return runs[complete], runs[~complete]
 
 
 def _running_rows(running: pd.DataFrame, planned: int | None) -> list[str]:
+    """The table rows of the cells short of their planned seeds: seeds ended so far and wall time only."""
     minutes = wall_minutes(running)
-    return [f"| {u:g} | {_unit(unit)} | {g['seed'].nunique()} of {planned} so far | held out until its last seed "
-            f"block is in | — | — | — | — | {minutes.get((u, unit), float('nan')):.0f} |"
+    ended = running[running["outcome"] != "failed"].groupby(["utd", "target_unit"])["seed"].nunique()
+    return [f"| {u:g} | {_unit(unit)} | {ended.get((u, unit), 0)} of {planned} so far | held out until its last "
+            f"seed block is in | — | — | — | — | {minutes.get((u, unit), float('nan')):.0f} |"
             for (u, unit), g in running.groupby(["utd", "target_unit"])]  # fmt: skip
 
 
@@ -159,6 +162,8 @@ def _study_block(name: str, env: str, base: str, runs: pd.DataFrame, hist: pd.Da
                  running: pd.DataFrame, planned: int | None) -> list[str]:  # fmt: skip
     cells = cell_rows(runs, hist)
     spent = pd.concat([runs, running])
+    if spent.empty:
+        return []
     minutes, trials = wall_minutes(spent), len(trial_minutes(spent))
     steps = int(spent["total_env_steps"].median())
     md = [f"\n**{env}, {base}** (`{name}`, {steps:,} env steps): per cell, final greedy return (mean of the last "
@@ -195,9 +200,10 @@ def _study_block(name: str, env: str, base: str, runs: pd.DataFrame, hist: pd.Da
         md += ["", "Pairing (not used; declared unpaired): the correlation over seeds of the final return of the same "
                "seed in the two cells of each contrast, " + "; ".join(f"{c} r = {r:+.2f}" for c, r in pairs.items())
                + ". A paired contrast would narrow a CI by about sqrt(1 - r) where r > 0."]  # fmt: skip
-    md += unit_divergence_lines(divergence_contrasts(runs, hist), f"soft divergence, rerun, {name}",
+    declared = len(UNIT_UTDS)
+    md += unit_divergence_lines(divergence_contrasts(runs, hist, declared), f"soft divergence, rerun, {name}",
                                 "the target in env steps vs in updates", ("target in env steps", "target in updates"),
-                                "env steps")  # fmt: skip
+                                "env steps", declared)  # fmt: skip
     if env == "CartPole-v1":
         reached = time_to_threshold(runs, hist, 475.0)
         md += ["", "Env steps to a greedy return of 475 (the first evaluation whose IQM over seeds reaches it; held: "
@@ -235,9 +241,13 @@ def finding_rerun(studies: dict[str, tuple[pd.DataFrame, pd.DataFrame]],
     fig, axes = plt.subplots(len(studies), 3, figsize=(18, 4.4 * len(studies)), squeeze=False)
     for axrow, (name, (runs, hist)) in zip(axes, studies.items()):
         env, base = STUDIES[name]
-        runs, running = split_running(plain_runs(runs), planned.get(name))
+        runs, running = split_complete(plain_runs(runs), planned.get(name))
         md += _study_block(name, env, base, runs, hist, running, planned.get(name))
-        if not runs.empty:
+        if runs.empty:
+            axrow[0].set_title(f"{env}, {base}: every cell still running")
+            for ax in axrow:
+                ax.set_axis_off()
+        else:
             _draw(axrow, runs, hist, f"{env}, {base}")
     if lr_check is not None:
         md += lr_check_lines(*lr_check)

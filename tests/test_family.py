@@ -321,9 +321,11 @@ def test_finding_4r_pools_a_cells_seed_blocks_from_its_parts_and_refuses_a_seed_
 
 
 def test_finding_4r_holds_a_cell_short_of_its_planned_seeds_out_of_every_contrast_and_lists_its_count():
-    """A cell whose seed blocks are still running (its parts exported one session at a time) is listed with
-    its seed count and never tested or drawn: the contrasts that need it read `not run`, the others stand;
-    once its last block is in, it is contrasted. The planned seeds are the presets' (one number, two places)."""
+    """A cell whose seed blocks are still running (its parts exported one session at a time; failed seeds,
+    as a part exported mid-block has, not counted) is listed with its seed count and never tested or drawn:
+    the contrasts that need it read `not run`, the others stand, and Holm counts the ones not run (as p = 1)
+    so no word read now can flip when they land; once its last block is in, it is contrasted. The planned
+    seeds are the presets' (one number, two places)."""
     import importlib.util
     from pathlib import Path
 
@@ -335,18 +337,22 @@ def test_finding_4r_holds_a_cell_short_of_its_planned_seeds_out_of_every_contras
     from analysis.replay_ratio_rerun import PLANNED_SEEDS, finding_rerun
     from dqnlab import metrics as M
 
-    def cells(seeds_at_4: int):
+    def cells(ended_at_4: int):
         runs, hist = [], []
         for utd in (0.25, 1.0, 4.0):
             for unit in ("updates", "env_steps"):
-                for seed in range(seeds_at_4 if utd == 4.0 else 8):
+                for seed in range(8):
+                    short = (utd, unit) == (4.0, "updates")
+                    failed = short and seed >= ended_at_4
                     run_id, level = f"{utd}-{unit}-{seed}", 300.0 + seed - 100.0 * (utd == 4.0)
-                    runs.append({"run_id": run_id, "status": "completed", "outcome": "completed", "utd": utd,
-                                 "target_update": "hard", "layer_norm": False, "reset": "none",
-                                 "target_unit": unit, "seed": seed, "final_return": level, "total_env_steps": 10_000,
+                    runs.append({"run_id": run_id, "status": "failed" if failed else "completed",
+                                 "outcome": "failed" if failed else "completed", "utd": utd, "target_update": "hard",
+                                 "layer_norm": False, "reset": "none", "target_unit": unit, "seed": seed,
+                                 "final_return": np.nan if failed else level, "total_env_steps": 10_000,
                                  "final_env_steps": 10_000, "final_env_steps_per_s_total": 10_000 / 60})  # fmt: skip
-                    hist += [{"run_id": run_id, "metric": M.EVAL_RETURN_MEAN, M.ENV_STEPS: s, "value": level}
-                             for s in (5_000, 10_000)]  # fmt: skip
+                    curve = ((M.EVAL_RETURN_MEAN, level), (M.SOFT_DIVERGENCE, float(short)))
+                    hist += [{"run_id": run_id, "metric": metric, M.ENV_STEPS: s, "value": value}
+                             for s in (5_000, 10_000) if not failed for metric, value in curve]  # fmt: skip
         return {"replay_ratio-rerun_acrobot": (pd.DataFrame(runs), pd.DataFrame(hist))}
 
     def verdicts(text):
@@ -355,16 +361,34 @@ def test_finding_4r_holds_a_cell_short_of_its_planned_seeds_out_of_every_contras
 
     running = finding_rerun(cells(3), planned={"replay_ratio-rerun_acrobot": 8}).text
     assert "| 4 | updates | 3 of 8 so far | held out until its last seed block is in |" in running, running
+    assert "| 4 | env steps | 8 |" in running, running
     v = verdicts(running)
     assert v["final return, target in updates: UTD 4 minus 1"] == "not run", running
-    assert v["AUC, target in env steps: UTD 4 minus 1"] == "not run", running
+    assert v["AUC, target in updates: UTD 4 minus 1"] == "not run", running
     assert v["final return, UTD 4: target in env steps minus in updates"] == "not run", running
-    assert v["final return, target in updates: UTD 1 minus 0.25"] != "not run", running
-    assert "Cost: 6 min of trial wall time for the 6 trials" in running, running  # the running cells' time too
-    complete = verdicts(finding_rerun(cells(8), planned={"replay_ratio-rerun_acrobot": 8}).text)
-    assert complete["final return, target in updates: UTD 4 minus 1"] == "worse", complete
+    assert v["final return, target in env steps: UTD 4 minus 1"] == "worse", running  # its cells are complete
+    assert "7 of 10 contrasts run, Holm-corrected over all 10" in running, running
+    assert "| 4 | 0/8 |" not in running and "Noise floor (UTD 1" in running, running  # no Fisher row at UTD 4
+    assert "1 of 2 contrasts run" in running, running
+    complete = finding_rerun(cells(8), planned={"replay_ratio-rerun_acrobot": 8}).text
+    assert verdicts(complete)["final return, target in updates: UTD 4 minus 1"] == "worse", complete
+    assert "*: 10 contrasts, Holm-corrected" in complete and "| 4 | 0/8 | 8/8 |" in complete, complete
 
     path = Path(__file__).resolve().parents[1] / "sweeps" / "replay_ratio.py"
     module = importlib.util.module_from_spec(spec := importlib.util.spec_from_file_location("rr_sweep", path))
     spec.loader.exec_module(module)
     assert PLANNED_SEEDS == {f"replay_ratio-{preset}": base["replicas"] for preset, base in module.RERUNS.items()}
+
+
+def test_a_family_that_counts_its_contrasts_not_run_corrects_over_all_it_declared():
+    """``count_not_run``: Holm and TOST count a declared contrast with no data yet as p = 1, so a p of 0.03
+    among two declared reads 0.06 (inconclusive) where a family of the contrasts present alone reads 0.03."""
+    draws = np.concatenate([np.full(98_500, 5.0), np.full(1_500, -1.0)])  # a two-sided bootstrap p of 0.03
+    words = {}
+    for count in (False, True):
+        family = Family("f", 1.0, count_not_run=count)
+        family.add("run", 5.0, draws)
+        family.difference("not run yet", [], [])
+        words[count] = family.results()[0]
+    assert words[False]["p_holm"] == pytest.approx(0.03) and words[False]["verdict"] == "better"
+    assert words[True]["p_holm"] == pytest.approx(0.06) and words[True]["verdict"] == "inconclusive"
