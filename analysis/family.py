@@ -148,8 +148,7 @@ class Family:
                  else _draw(r["sample"], rng, self.draws) for r, rng in zip(tested, rngs)]  # fmt: skip
         while True:
             p = np.array([bootstrap_p_value(d) for d in draws])
-            # contrasts not run as p = 1 rank last (a stable sort): no tested contrast's source is one of them
-            adjusted, scaled, source = (a[: len(p)] for a in holm_with_sources(np.concatenate([p, np.ones(not_run)])))
+            adjusted, scaled, source = holm_with_sources(p, declared=m)
             se = np.array([min(m - int(np.sum(p < p[i])), m) * p_value_mc_se(p[i], d.size)
                            for i, d in enumerate(draws)])  # fmt: skip
             near_alpha = [abs(scaled[i] - ALPHA) < Z * se[i] or (abs(scaled[i] - ALPHA) < NEAR and se[i] > MC_SE_TARGET)

@@ -108,8 +108,7 @@ def _holm_verdicts(out: pd.DataFrame, declared: int = 0) -> pd.DataFrame:
     counts ``declared`` contrasts where more were declared than run (one not run as p = 1)."""
     if out.empty:
         return out
-    padding = np.ones(max(declared - len(out), 0))
-    out["p_holm"] = holm(np.concatenate([out["p"].to_numpy(), padding]))[: len(out)]
+    out["p_holm"] = holm(out["p"].to_numpy(), declared)
     out["verdict"] = [("more" if s > 0 else "fewer") if q < 0.05 else "inconclusive"
                       for s, q in zip(out["sign"], out["p_holm"])]  # fmt: skip
     return out

@@ -144,8 +144,8 @@ HEADLINES = [
              "CartPole-v1, 50k env steps, 110 seeds",
              "#4r-finding-4-at-power-what-does-a-higher-utd-do-with-seeds-enough-to-tell"),
     Headline("4r", "... and on Acrobot?",
-             "With the copy rate held UTD 1 scored better than 0.25: it plateaued near -82 by 40k env steps while "
-             "0.25 was still rising (a gain in speed); UTD 4 not yet rerun.", "replay_ratio_rerun",
+             "With the copy rate held UTD 1 scored better than 0.25: it was at -88 by 40k env steps while 0.25 was "
+             "still rising (a gain in speed); UTD 4 not yet rerun.", "replay_ratio_rerun",
              contrast("rerun at power, replay_ratio-rerun_acrobot", "final return, target in env steps: UTD 1 minus 0.25"),
              "better", "Acrobot-v1, 100k env steps, 170 seeds",
              "#4r-finding-4-at-power-what-does-a-higher-utd-do-with-seeds-enough-to-tell"),

@@ -203,14 +203,16 @@ def p_value_mc_se(p: float, reps: int) -> float:
     return float(2.0 * math.sqrt(t * (1.0 - t) / reps))
 
 
-def holm_with_sources(p_values: Sequence[float]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def holm_with_sources(p_values: Sequence[float], declared: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(adjusted, scaled, source)`` of one family: Holm's adjusted p-values (Holm 1979), each contrast's
     own ``(m - rank) p`` (capped at 1) and, for each contrast, the index of the contrast whose scaled p
-    its adjusted p is (the running maximum's argument: the one whose Monte Carlo error it carries)."""
+    its adjusted p is (the running maximum's argument: the one whose Monte Carlo error it carries).
+    ``m`` is ``declared`` where the family declared more contrasts than ``p_values`` holds: those not run
+    count as p = 1 (they rank last), so an adjusted p can only fall when they land."""
     p = np.asarray(p_values, dtype=np.float64)
-    m = p.size
+    m = max(p.size, declared)
     order = np.argsort(p, kind="stable")
-    scaled, adjusted, source = np.empty(m), np.empty(m), np.empty(m, dtype=int)
+    scaled, adjusted, source = np.empty(p.size), np.empty(p.size), np.empty(p.size, dtype=int)
     best, best_at = -1.0, -1
     for i, k in enumerate(order):
         scaled[k] = min(1.0, (m - i) * p[k])
@@ -220,11 +222,12 @@ def holm_with_sources(p_values: Sequence[float]) -> tuple[np.ndarray, np.ndarray
     return adjusted, scaled, source
 
 
-def holm(p_values: Sequence[float]) -> np.ndarray:
+def holm(p_values: Sequence[float], declared: int = 0) -> np.ndarray:
     """Holm-Bonferroni adjusted p-values (Holm 1979) of one family: the i-th smallest p times ``m - i``
     (``i`` from 0), made monotone and capped at 1. Reject where the adjusted p is below alpha: the
-    family-wise error rate is then at most alpha, whatever the dependence between the tests."""
-    return holm_with_sources(p_values)[0]
+    family-wise error rate is then at most alpha, whatever the dependence between the tests. ``declared``:
+    see :func:`holm_with_sources`."""
+    return holm_with_sources(p_values, declared)[0]
 
 
 def fisher_exact(hits_x: int, n_x: int, hits_y: int, n_y: int) -> float:

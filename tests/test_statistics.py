@@ -11,6 +11,7 @@ def test_holm_adjusts_a_family_by_hand():
     # sorted p 0.01, 0.02, 0.03, 0.5 times 4, 3, 2, 1 -> 0.04, 0.06, 0.06 (monotone), 0.5
     np.testing.assert_allclose(holm([0.03, 0.01, 0.5, 0.02]), [0.06, 0.04, 0.5, 0.06])
     np.testing.assert_allclose(holm([0.9, 0.8]), [1.0, 1.0])  # capped at 1, monotone
+    np.testing.assert_allclose(holm([0.03, 0.01], declared=4), [0.09, 0.04])  # 2 of 4 run: the rest as p = 1
 
 
 def test_bootstrap_p_value_equivalence_and_trend_on_known_data():
