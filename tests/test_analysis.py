@@ -384,6 +384,10 @@ def test_findings_come_from_the_exported_data_and_the_check_catches_a_number_typ
                  "replay_prioritized", "replay_polyak", "replay_ratio_rerun"):
         assert (tmp_path / f"finding_{name}.png").stat().st_size > 20_000
     assert findings.main([*args, "--check"]) == 0
+    prose = page.read_text()
+    page.write_text(prose + "\nA sentence citing +1234 [1, 2], which no table shows.\n")  # a number typed by hand
+    assert findings.main([*args, "--check"]) == 1
+    page.write_text(prose)
     kept = appendix.read_text()
     appendix.write_text(kept.replace("| 1 | updates | plain | ", "| 1 | updates | plain | 1", 1))  # a hand edit
     assert findings.main([*args, "--check"]) == 1
