@@ -87,11 +87,10 @@ def stale_citations(pages: dict[Path, str]) -> list[str]:
         if path.name in HISTORY:
             continue
         prose = _BLOCK.sub(lambda m: "\n" * m.group(0).count("\n"), text)  # blocks blanked, lines kept
-        for number, line in enumerate(prose.splitlines(), 1):
-            for m in TRIPLE.finditer(line):
-                triple = tuple(Number.parse(x) for x in m.groups())
-                holm = _HOLM_AFTER.match(line, m.end())
-                if not any(_cited_by(row, triple, holm) for row in rows):
-                    cited = line[m.start() : holm.end() if holm else m.end()]
-                    stale.append(f"{path}:{number}: {cited!r} is no row of a generated table")
+        for m in TRIPLE.finditer(prose):  # a citation may break across lines
+            triple = tuple(Number.parse(x) for x in m.groups())
+            holm = _HOLM_AFTER.match(prose, m.end())
+            if not any(_cited_by(row, triple, holm) for row in rows):
+                cited = " ".join(prose[m.start() : holm.end() if holm else m.end()].split())
+                stale.append(f"{path}:{prose.count(chr(10), 0, m.start()) + 1}: {cited!r} is no row of a generated table")
     return stale

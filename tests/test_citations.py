@@ -23,6 +23,7 @@ def test_a_cited_estimate_must_be_a_table_row_rounded_as_written():
     assert len(stale("(+41 [4, 76])")) == 1  # no such row
     assert len(stale("(+32.50 [15.50, 48.90])")) == 1  # more digits than the table has: not from it
     assert len(stale("221 [194, 246] and 221 [190, 246]")) == 1  # each citation on its own
+    assert len(stale("UTD 4 is `better` (+33\n  [16, 50], Holm p\n  0.5)")) == 1  # broken across lines
 
 
 def test_a_holm_p_written_after_a_citation_must_be_its_rows():
@@ -32,6 +33,8 @@ def test_a_holm_p_written_after_a_citation_must_be_its_rows():
     assert len(stale("-49 [-121, -17], Holm 0.015")) == 1  # the p of an earlier bootstrap
     assert len(stale("+33 [16, 49], Holm p < 0.0001")) == 1  # 0.000 printed: not shown below 0.0001
     assert len(stale("221 [194, 246], Holm 0.5")) == 1  # a row without a Holm p
+    assert stale("(+33\n  [16, 49], Holm p\n  < 0.001)") == []  # broken across lines
+    assert len(stale("(+33\n  [16, 49], Holm p\n  0.02)")) == 1
 
 
 def test_the_tables_themselves_and_the_revisions_record_are_not_prose():
