@@ -333,10 +333,10 @@ def test_the_study_run_is_closed_with_its_cells_and_running_again_while_a_rerun_
     loc = locations(tmp_path, None, None)
     real = trial_process.run_trial
 
-    def second_trial_dies(request, callbacks):
+    def second_trial_dies(request, callbacks, server=None):
         if request.config.run.seed == 1:
             return trial_process.TrialOutcome(trial_process.Outcome.DIED, None, "injected: the trial process was killed")
-        return real(request, callbacks)
+        return real(request, callbacks, server)
 
     monkeypatch.setattr(trial_process, "run_trial", second_trial_dies)
     run_sweep(spec, loc, quiet=True)

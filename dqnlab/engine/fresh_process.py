@@ -8,12 +8,13 @@ the protocol, this module the caller's). That process imports the engine only (n
 here), runs :func:`dqnlab.engine.entry`, and streams the callbacks' events (``on_start``, ``on_log``,
 ``on_end``, ``on_progress``) and the outcome back over a pipe; the sweep process feeds them to its
 MLflow tracker. :func:`dqnlab.engine.entry` uses the same path whenever it is called from a process
-with other threads.
+with other threads. A sweep's worker loop imports once instead: its trial server
+(:mod:`dqnlab.engine.trial_server`) forks each trial process, which runs the same code.
 
 Signals: Ctrl-C or SIGTERM of the sweep is passed on to the trial process (directly by the terminal
 to its process group, or by :func:`run_trial`), which stops like an interrupted run and still sends
 its events; if the sweep process dies (SIGKILL), the kernel sends the trial process SIGTERM
-(``PR_SET_PDEATHSIG``).
+(``PR_SET_PDEATHSIG``; a forked trial gets it when the server, killed with the sweep, dies).
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ import signal
 import subprocess
 import sys
 import threading
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, BinaryIO
 
-PDEATHSIG = 1  # prctl(PR_SET_PDEATHSIG, sig)
+from dqnlab.engine.trial_server import ForkedTrial, TrialServer, TrialServerError
+
 STOP_GRACE_S = 30.0
 
 
@@ -69,8 +72,11 @@ class TrialOutcome:
     """The callback's exception, for ``tracking`` (set in the calling process, never pickled)."""
 
 
-def run_trial(request: TrialRequest, callbacks: list[Any]) -> TrialOutcome:
-    """Run ``request`` in a fresh process, calling ``callbacks``' hooks here with its events.
+def run_trial(request: TrialRequest, callbacks: list[Any], server: TrialServer | None = None) -> TrialOutcome:
+    """Run ``request`` in a fresh process, calling ``callbacks``' hooks here with its events: a fresh
+    interpreter, or a process ``server`` forks (:mod:`dqnlab.engine.trial_server`: the same code, without
+    importing the engine again; a server that cannot fork is closed, with a warning, and the trial runs in a
+    fresh interpreter).
 
     A callback that raises (the MLflow store failed) stops the trial process and gives the outcome
     ``tracking`` with the error. SIGINT or SIGTERM meanwhile is passed on to the trial process (as
@@ -78,9 +84,10 @@ def run_trial(request: TrialRequest, callbacks: list[Any]) -> TrialOutcome:
     KeyboardInterrupt is raised here. The signals are caught, not raised, while events are read, so
     a signal can never cut an event in half."""
     read_fd, write_fd = os.pipe()
-    cmd = [sys.executable, "-m", "dqnlab.engine.fresh_process_child", str(write_fd), str(os.getpid())]
-    proc = subprocess.Popen(cmd, pass_fds=(write_fd,), stdin=subprocess.PIPE)
-    os.close(write_fd)
+    try:
+        proc, requests = _start(write_fd, server)
+    finally:
+        os.close(write_fd)
     signals: list[int] = []
 
     def forward(signum, frame):
@@ -90,8 +97,8 @@ def run_trial(request: TrialRequest, callbacks: list[Any]) -> TrialOutcome:
     error: BaseException | None = None
     outcome: TrialOutcome | None = None
     with _handlers(forward), os.fdopen(read_fd, "rb") as events:
-        proc.stdin.write(pickle.dumps((list(sys.path), pickle.dumps(request))))
-        proc.stdin.close()
+        with requests:
+            requests.write(pickle.dumps((list(sys.path), pickle.dumps(request))))
         while (event := _next_event(events)) is not None:
             hook, payload = event
             if hook == "outcome":
@@ -117,6 +124,19 @@ def run_trial(request: TrialRequest, callbacks: list[Any]) -> TrialOutcome:
     return outcome
 
 
+def _start(events_fd: int, server: TrialServer | None) -> tuple[subprocess.Popen | ForkedTrial, BinaryIO]:
+    """The trial process, and the stream its request is written to."""
+    if server is not None:
+        try:
+            return server.fork(events_fd)
+        except TrialServerError as exc:
+            warnings.warn(f"the trial server failed ({exc}); this trial runs in a fresh interpreter", stacklevel=3)
+            server.close()
+    cmd = [sys.executable, "-m", "dqnlab.engine.fresh_process_child", str(events_fd), str(os.getpid())]
+    proc = subprocess.Popen(cmd, pass_fds=(events_fd,), stdin=subprocess.PIPE)
+    return proc, proc.stdin
+
+
 @contextlib.contextmanager
 def _handlers(handler) -> Iterator[None]:
     """``handler`` for SIGINT and SIGTERM inside the block (main thread only; elsewhere unchanged)."""
@@ -140,12 +160,12 @@ def _next_event(stream: BinaryIO):
         return None
 
 
-def _signal(proc: subprocess.Popen, sig: int) -> None:
+def _signal(proc: subprocess.Popen | ForkedTrial, sig: int) -> None:
     if proc.poll() is None:
         proc.send_signal(sig)
 
 
-def _wait(proc: subprocess.Popen) -> None:
+def _wait(proc: subprocess.Popen | ForkedTrial) -> None:
     try:
         proc.wait(STOP_GRACE_S)
     except subprocess.TimeoutExpired:

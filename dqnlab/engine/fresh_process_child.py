@@ -2,7 +2,8 @@
 dqnlab.engine.fresh_process_child EVENTS_FD PARENT_PID`` reads a pickled
 :class:`~dqnlab.engine.fresh_process.TrialRequest` from stdin, runs it with
 :func:`dqnlab.engine.train`, and streams every callback event and the outcome to ``EVENTS_FD``. It dies
-with its parent (``PR_SET_PDEATHSIG``); SIGTERM stops the run like Ctrl-C."""
+with its parent (``PR_SET_PDEATHSIG``); SIGTERM stops the run like Ctrl-C. A trial forked by the trial
+server (:mod:`dqnlab.engine.trial_server`) runs the same :func:`run`."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import signal
 import sys
 from typing import Any, BinaryIO
 
-from dqnlab.engine.fresh_process import PDEATHSIG, Outcome, TrialOutcome, TrialRequest
+from dqnlab.engine.fresh_process import Outcome, TrialOutcome, TrialRequest
+from dqnlab.engine.trial_server import PDEATHSIG
 
 
 class _Forward:
@@ -77,13 +79,19 @@ def _interrupt(signum, frame):
 
 
 def main(argv: list[str]) -> int:
-    events_fd, parent = int(argv[0]), int(argv[1])
+    return run(int(argv[0]), int(argv[1]), sys.stdin.buffer)
+
+
+def run(events_fd: int, parent: int, requests: BinaryIO) -> int:
+    """The trial process's whole life, in a fresh interpreter (:func:`main`) or forked from the trial server
+    (:mod:`dqnlab.engine.trial_server`): die with ``parent``, read the request from ``requests``, run it,
+    stream its events and outcome to ``events_fd``. Returns the exit code (130: interrupted)."""
     signal.signal(signal.SIGTERM, _interrupt)
     with os.fdopen(events_fd, "wb") as stream:
         forward = _Forward(stream)
         try:
             _die_with_parent(parent)
-            sys_path, payload = pickle.loads(sys.stdin.buffer.read())
+            sys_path, payload = pickle.loads(requests.read())
             sys.path[:] = sys_path  # the caller's path: the modules its pickled request refers to
             outcome = _execute(pickle.loads(payload), forward)
         except KeyboardInterrupt:

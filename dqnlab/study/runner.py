@@ -118,7 +118,8 @@ def worker_loop(args: WorkerArgs, report=None) -> None:
     """Pop and run grid points until none is waiting. Safe to run in many processes at once.
 
     Each trial claims its point atomically (:mod:`dqnlab.study.claims`) and runs in its own thread-free
-    process (:mod:`dqnlab.engine.fresh_process`); this process keeps the Optuna trial and its heartbeat.
+    process (:mod:`dqnlab.engine.fresh_process`), forked by this loop's trial server
+    (:mod:`dqnlab.engine.trial_server`); this process keeps the Optuna trial and its heartbeat.
     ``report(event)`` receives the progress events (default: ``args.events.put``, or nothing when quiet)."""
     if report is None:
         report = args.events.put if args.events is not None and not args.quiet else (lambda event: None)
@@ -127,6 +128,7 @@ def worker_loop(args: WorkerArgs, report=None) -> None:
     from optuna.trial import TrialState
 
     from dqnlab.engine.fresh_process import Outcome, TrialOutcome, TrialRequest, run_trial
+    from dqnlab.engine.trial_server import TrialServer
     from dqnlab.metrics import OBJECTIVE, display_key
     from dqnlab.study.claims import claim_grid_point
     from dqnlab.tracking.mlflow_runs import (
@@ -177,7 +179,7 @@ def worker_loop(args: WorkerArgs, report=None) -> None:
             progress = _TrialProgress(report, args.job, trial.number)
             gate.check()  # an interrupt swallowed while the runs were created stops the trial before it starts
             # quiet: the trial process prints nothing; the sweep's display shows its progress
-            outcome = run_trial(TrialRequest(config, True, gym.spec(config.env.env_id)), [tracker, progress])
+            outcome = run_trial(TrialRequest(config, True, gym.spec(config.env.env_id)), [tracker, progress], server)
         except KeyboardInterrupt:
             outcome = TrialOutcome(Outcome.INTERRUPTED, None, "interrupted (SIGINT/SIGTERM)")
             if tracker is None:  # cut short while its runs were created: one may exist whose id never came back
@@ -270,7 +272,7 @@ def worker_loop(args: WorkerArgs, report=None) -> None:
             tracker.close_unended("failed", reason)  # the trial process could not close its runs
         raise TrialFailed(reason)
 
-    with gated_interrupts() as gate:
+    with gated_interrupts() as gate, TrialServer() as server:  # one engine import for all of this loop's trials
         try:
             while own_keys & {t.user_attrs.get("grid_point") for t in study.get_trials(deepcopy=False, states=WAITING)}:
                 with gate.closed():  # Optuna makes the trial RUNNING and tells its end with signals held
