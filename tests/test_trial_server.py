@@ -1,19 +1,21 @@
 """The trial server (dqnlab/engine/trial_server.py): a trial it forks runs exactly what a fresh interpreter runs,
-is stopped by the signals that stop one, dies with the server, and leaves no process behind."""
+is stopped by the signals that stop one, dies with the server, and leaves no process behind; a request the
+caller gave up never confuses a later one; a server that cannot fork hands its trials to fresh interpreters."""
 
 import os
-import signal
-import threading
+import warnings
 
 import gymnasium as gym
 import pytest
 from small import small_config
 
+from dqnlab.engine import fresh_process
 from dqnlab.engine.fresh_process import Outcome, TrialRequest, run_trial
-from dqnlab.engine.trial_server import TrialServer, TrialServerError
+from dqnlab.engine.trial_server import TrialServer, TrialServerWarning
 from dqnlab.metrics import EVAL_RETURN_MEAN, TD_LOSS
 
 pytestmark = pytest.mark.slow
+FORKED = pytest.mark.filterwarnings("error::dqnlab.engine.trial_server.TrialServerWarning")  # no silent fallback
 
 
 class Events:
@@ -42,6 +44,7 @@ def curve(result):
     return [(m.get(TD_LOSS), m.get(EVAL_RETURN_MEAN)) for m in result.history]
 
 
+@FORKED
 def test_a_forked_trial_runs_exactly_what_a_fresh_interpreter_runs_and_the_server_ends_with_its_block():
     fresh = run_trial(request(), [Events()])
     events = Events()
@@ -55,34 +58,56 @@ def test_a_forked_trial_runs_exactly_what_a_fresh_interpreter_runs_and_the_serve
     assert server._proc.returncode == 0 and not os.path.exists(f"/proc/{pid}")
 
 
-def test_a_forked_trial_is_stopped_by_sigterm_when_its_tracker_fails_and_reports_its_exit():
+@FORKED
+def test_a_forked_trial_is_stopped_by_sigterm_when_its_tracker_fails_and_the_server_goes_on():
     with TrialServer() as server:
         outcome = run_trial(request(total_env_steps=20_000), [Events(fail_at_log=2)], server)
         assert outcome.kind is Outcome.TRACKING and "injected" in outcome.message
-        again = run_trial(request(), [Events()], server)  # the server goes on with the next trial
+        again = run_trial(request(), [Events()], server)
     assert again.kind is Outcome.RESULT and again.result.status == "completed"
 
 
-def test_a_trial_dies_with_its_server_and_stops_like_an_interrupted_run():
-    server = TrialServer()
-    killed = threading.Event()
+@FORKED
+def test_a_request_the_caller_gave_up_ends_its_trial_and_never_answers_a_later_one(monkeypatch):
+    with TrialServer() as server:
+        read_fd, write_fd = os.pipe()
+        waiting = server.receive
 
-    def kill_server():
-        os.kill(server._proc.pid, signal.SIGKILL)
-        killed.set()
+        def interrupted(prefix, timeout):  # Ctrl-C while the caller waits for the server's reply
+            raise KeyboardInterrupt
 
-    outcome = run_trial(request(total_env_steps=50_000), [Events(act=kill_server)], server)
-    assert killed.is_set()
-    assert outcome.kind is Outcome.INTERRUPTED  # SIGTERM from the kernel (PR_SET_PDEATHSIG): it sent its events
-    server.close()
-    assert server._proc is None or server._proc.returncode == -signal.SIGKILL
-
-
-def test_a_server_that_cannot_fork_is_closed_and_the_trial_runs_in_a_fresh_interpreter(monkeypatch):
-    def refuse(self, events_fd):
-        raise TrialServerError("injected: the trial server has 2 threads")
-
-    monkeypatch.setattr(TrialServer, "fork", refuse)
-    with TrialServer() as server, pytest.warns(UserWarning, match="fresh interpreter"):
+        monkeypatch.setattr(server, "receive", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            server.fork(write_fd)
+        monkeypatch.setattr(server, "receive", waiting)
+        os.close(write_fd)
+        with os.fdopen(read_fd, "rb") as events:
+            last = None
+            while (event := fresh_process._next_event(events)) is not None:
+                last = event
+        assert last[0] == "outcome" and last[1].kind is Outcome.INTERRUPTED  # it read no request, ran nothing
+        # its "pid" and "exit" replies are still queued: neither is taken for the next trial's
         outcome = run_trial(request(), [Events()], server)
     assert outcome.kind is Outcome.RESULT and outcome.result.status == "completed"
+
+
+@FORKED
+def test_a_trial_dies_with_its_server_and_is_reported_as_died_not_interrupted():
+    server = TrialServer()
+    outcome = run_trial(request(total_env_steps=50_000), [Events(act=lambda: server._proc.kill())], server)
+    assert outcome.kind is Outcome.DIED and "trial server died" in outcome.message  # SIGTERM via PR_SET_PDEATHSIG
+    server.close()
+    assert server._proc.returncode == -9
+
+
+def test_a_server_that_cannot_fork_warns_once_and_its_trials_run_in_fresh_interpreters(monkeypatch):
+    def no_pidfd(pid):
+        raise OSError(38, "pidfd_open: function not implemented (an old kernel)")
+
+    monkeypatch.setattr(os, "pidfd_open", no_pidfd)
+    with warnings.catch_warnings(record=True) as caught, TrialServer() as server:
+        warnings.simplefilter("always")
+        outcomes = [run_trial(request(), [Events()], server) for _ in range(2)]
+        assert server.failed and "pidfd_open" in server.failed and server._sock is None  # closed, not restarted
+    assert [o.kind for o in outcomes] == [Outcome.RESULT, Outcome.RESULT]
+    assert [w.category for w in caught if issubclass(w.category, TrialServerWarning)] == [TrialServerWarning]

@@ -26,7 +26,6 @@ import signal
 import subprocess
 import sys
 import threading
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
@@ -75,8 +74,8 @@ class TrialOutcome:
 def run_trial(request: TrialRequest, callbacks: list[Any], server: TrialServer | None = None) -> TrialOutcome:
     """Run ``request`` in a fresh process, calling ``callbacks``' hooks here with its events: a fresh
     interpreter, or a process ``server`` forks (:mod:`dqnlab.engine.trial_server`: the same code, without
-    importing the engine again; a server that cannot fork is closed, with a warning, and the trial runs in a
-    fresh interpreter).
+    importing the engine again; a server that cannot fork is closed, with a warning, and its trials run in
+    fresh interpreters).
 
     A callback that raises (the MLflow store failed) stops the trial process and gives the outcome
     ``tracking`` with the error. SIGINT or SIGTERM meanwhile is passed on to the trial process (as
@@ -86,6 +85,9 @@ def run_trial(request: TrialRequest, callbacks: list[Any], server: TrialServer |
     read_fd, write_fd = os.pipe()
     try:
         proc, requests = _start(write_fd, server)
+    except BaseException:
+        os.close(read_fd)
+        raise
     finally:
         os.close(write_fd)
     signals: list[int] = []
@@ -117,6 +119,9 @@ def run_trial(request: TrialRequest, callbacks: list[Any], server: TrialServer |
         raise KeyboardInterrupt(f"signal {signal.Signals(signals[0]).name}")
     if error is not None:
         return TrialOutcome(Outcome.TRACKING, outcome.result if outcome else None, str(error), error)
+    if outcome is not None and outcome.kind is Outcome.INTERRUPTED and getattr(proc, "server_died", False):
+        # no signal here: the kernel stopped the trial when its server died (killed), not a user's interrupt
+        return TrialOutcome(Outcome.DIED, outcome.result, "the trial server died, and its trial was stopped with it")
     if outcome is None:
         code = proc.returncode
         how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
@@ -127,11 +132,8 @@ def run_trial(request: TrialRequest, callbacks: list[Any], server: TrialServer |
 def _start(events_fd: int, server: TrialServer | None) -> tuple[subprocess.Popen | ForkedTrial, BinaryIO]:
     """The trial process, and the stream its request is written to."""
     if server is not None:
-        try:
+        with contextlib.suppress(TrialServerError):  # it warned once, when it failed
             return server.fork(events_fd)
-        except TrialServerError as exc:
-            warnings.warn(f"the trial server failed ({exc}); this trial runs in a fresh interpreter", stacklevel=3)
-            server.close()
     cmd = [sys.executable, "-m", "dqnlab.engine.fresh_process_child", str(events_fd), str(os.getpid())]
     proc = subprocess.Popen(cmd, pass_fds=(events_fd,), stdin=subprocess.PIPE)
     return proc, proc.stdin
@@ -161,8 +163,7 @@ def _next_event(stream: BinaryIO):
 
 
 def _signal(proc: subprocess.Popen | ForkedTrial, sig: int) -> None:
-    if proc.poll() is None:
-        proc.send_signal(sig)
+    proc.send_signal(sig)  # a no-op for a process already reaped (Popen polls first; a ForkedTrial has a pidfd)
 
 
 def _wait(proc: subprocess.Popen | ForkedTrial) -> None:

@@ -91,7 +91,10 @@ def run(events_fd: int, parent: int, requests: BinaryIO) -> int:
         forward = _Forward(stream)
         try:
             _die_with_parent(parent)
-            sys_path, payload = pickle.loads(requests.read())
+            request = requests.read()
+            if not request:  # the caller gave up before sending it (interrupted)
+                raise KeyboardInterrupt("no request")
+            sys_path, payload = pickle.loads(request)
             sys.path[:] = sys_path  # the caller's path: the modules its pickled request refers to
             outcome = _execute(pickle.loads(payload), forward)
         except KeyboardInterrupt:

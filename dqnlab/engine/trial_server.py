@@ -12,10 +12,10 @@ server dies with its caller (``PR_SET_PDEATHSIG``, SIGKILL) and ignores SIGINT a
 the caller delivers those to the trial itself); a trial dies with the server (SIGTERM: it stops like an
 interrupted run). Closing the caller's end of the socket ends the server once its trial has ended.
 
-Protocol, one trial at a time, over a ``SOCK_SEQPACKET`` socket pair: the caller sends ``trial`` with two
-file descriptors (the write end of the trial's event pipe, the read end of its request pipe); the server
-forks, closes its copies and answers ``pid N``, waits for the trial and answers ``exit N STATUS`` (a
-``waitpid`` status), or ``error REASON`` when it cannot fork.
+Protocol, one trial at a time, over a ``SOCK_SEQPACKET`` socket pair: the caller sends ``trial K`` (K numbers
+its requests) with two file descriptors (the write end of the trial's event pipe, the read end of its request
+pipe); the server forks, closes its copies and answers ``pid K PID``, waits for the trial and answers ``exit K
+STATUS`` (a ``waitpid`` status), or ``error K REASON`` when it cannot fork.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import socket
 import subprocess
 import sys
 import traceback
+import warnings
 from typing import BinaryIO
 
 PDEATHSIG = 1  # prctl(PR_SET_PDEATHSIG, sig)
@@ -37,25 +38,26 @@ UNKNOWN_EXIT = 255
 
 
 class TrialServerError(RuntimeError):
-    """The trial server could not start a trial (it died, or it found a thread)."""
+    """The trial server could not start a trial (it died, found a thread, or this kernel has no pidfd)."""
+
+
+class TrialServerWarning(UserWarning):
+    """A sweep's trial server failed: its trials run in fresh interpreters from then on."""
 
 
 class ForkedTrial:
     """A trial process the server forked: the part of :class:`subprocess.Popen` that
-    :func:`dqnlab.engine.fresh_process.run_trial` uses (``pid``, ``returncode``, ``poll``, ``wait``,
-    ``send_signal``, ``kill``). Signals go through a pidfd, so they never reach a later process that
-    reuses the pid."""
+    :func:`dqnlab.engine.fresh_process.run_trial` uses (``pid``, ``returncode``, ``wait``, ``send_signal``,
+    ``kill``). Signals go through a pidfd, so they never reach a later process that reuses the pid, and
+    sending one reads nothing from the server (safe in a signal handler)."""
 
-    def __init__(self, server: TrialServer, pid: int):
-        self.pid = pid
+    def __init__(self, server: TrialServer, number: int, pid: int):
+        self.pid, self.number = pid, number
         self.returncode: int | None = None
+        self.server_died = False
+        """The server died before telling the trial's status (killed by the kernel: the trial got SIGTERM)."""
         self._server = server
-        self._pidfd: int | None = os.pidfd_open(pid)
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            self._collect(0.0)
-        return self.returncode
+        self._pidfd: int | None = os.pidfd_open(pid)  # the trial waits for its request: it cannot have ended
 
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is None and not self._collect(timeout):
@@ -72,26 +74,32 @@ class ForkedTrial:
 
     def _collect(self, timeout: float | None) -> bool:
         """Whether the trial's exit status arrived within ``timeout`` seconds (None: no limit)."""
-        message = self._server.receive(f"exit {self.pid} ", timeout)
+        message = self._server.receive(f"exit {self.number} ", timeout)
         if message is None:
             return False
         if message:
             self.returncode = os.waitstatus_to_exitcode(int(message.split()[2]))
-        else:  # the server is gone: its trial got SIGTERM; wait for the process itself to end
+        else:  # the server is gone, and its trial got SIGTERM: wait for the process itself to end
             if not select.select([self._pidfd], [], [], timeout)[0]:
                 return False
-            self.returncode = UNKNOWN_EXIT
+            self.returncode, self.server_died = UNKNOWN_EXIT, True
         os.close(self._pidfd)
         self._pidfd = None
         return True
 
 
 class TrialServer:
-    """The caller's handle on a trial server (a context manager; the server starts at the first trial)."""
+    """The caller's handle on a trial server (a context manager; the server starts at the first trial).
+    Requests are numbered and every reply names its request, so a reply left by a request the caller
+    gave up (an interrupt while it waited) is never taken for a later one's. A server that fails is
+    closed, with one :class:`TrialServerWarning`, and every later :meth:`fork` raises
+    :class:`TrialServerError` at once (the trial then runs in a fresh interpreter)."""
 
     def __init__(self) -> None:
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen | None = None
+        self._requests = 0
+        self.failed: str | None = None
 
     def __enter__(self) -> TrialServer:
         return self
@@ -100,27 +108,36 @@ class TrialServer:
         self.close()
 
     def fork(self, events_fd: int) -> tuple[ForkedTrial, BinaryIO]:
-        """A trial process writing its events to ``events_fd``, and the stream its request is written to."""
+        """A trial process writing its events to ``events_fd``, and the stream its request is written to
+        (closing it unwritten ends the trial as interrupted before it started)."""
+        if self.failed is not None:
+            raise TrialServerError(self.failed)
         if self._sock is None:
             self._start()
+        self._requests += 1
+        number = self._requests
         read_fd, write_fd = os.pipe()
         requests = os.fdopen(write_fd, "wb")
         try:
-            socket.send_fds(self._sock, [b"trial"], [events_fd, read_fd])
-        except OSError as exc:
+            try:
+                socket.send_fds(self._sock, [f"trial {number}".encode()], [events_fd, read_fd])
+            finally:
+                os.close(read_fd)
+            reply = self.receive((f"pid {number} ", f"error {number} "), None)
+            if not reply or reply.startswith("error "):
+                raise TrialServerError(reply.split(" ", 2)[2] if reply else "the trial server is gone")
+            return ForkedTrial(self, number, int(reply.split()[2])), requests
+        except (OSError, TrialServerError) as exc:
             requests.close()
-            raise TrialServerError(f"the trial server is gone ({exc})") from exc
-        finally:
-            os.close(read_fd)
-        reply = self.receive(("pid ", "error "), None)
-        if not reply or reply.startswith("error "):
+            self._fail(str(exc))
+            raise TrialServerError(str(exc)) from exc
+        except BaseException:  # interrupted while waiting: the trial, if forked, reads no request and ends
             requests.close()
-            raise TrialServerError(reply[len("error ") :] if reply else "the trial server is gone")
-        return ForkedTrial(self, int(reply.split()[1])), requests
+            raise
 
     def receive(self, prefix: str | tuple[str, ...], timeout: float | None) -> str | None:
-        """The next message starting with ``prefix`` (others, left by a trial the caller gave up, are
-        dropped); ``""`` once the server is gone; None when ``timeout`` seconds pass first."""
+        """The next message starting with ``prefix`` (others, replies to requests given up, are dropped);
+        ``""`` once the server is gone; None when ``timeout`` seconds pass first."""
         while True:
             if timeout is not None and not select.select([self._sock], [], [], timeout)[0]:
                 return None
@@ -139,6 +156,12 @@ class TrialServer:
         finally:
             theirs.close()
         self._sock = ours
+
+    def _fail(self, reason: str) -> None:
+        self.failed = reason
+        warnings.warn(f"the trial server failed ({reason}); this sweep's trials run in fresh interpreters",
+                      TrialServerWarning, stacklevel=4)  # fmt: skip
+        self.close()
 
     def close(self, timeout_s: float = 60.0) -> None:
         """Close the socket; the server ends once its trial has (killed after ``timeout_s``)."""
@@ -200,19 +223,23 @@ def main(argv: list[str]) -> int:
             break
         if not message:  # the caller closed its end
             break
+        number = message.decode().split()[1]
         events_fd, requests_fd = fds
-        threads = _threads()
-        if threads != 1:
-            os.close(events_fd)
-            os.close(requests_fd)
-            sock.send(f"error the trial server has {threads} threads; a fork would copy their locks".encode())
+        try:
+            threads = _threads()
+            if threads != 1:
+                raise OSError(f"the trial server has {threads} threads; a fork would copy their locks")
+            pid = _fork_trial(sock, events_fd, requests_fd, run)
+        except OSError as exc:
+            if not _send(sock, f"error {number} {exc}"):
+                break
             continue
-        pid = _fork_trial(sock, events_fd, requests_fd, run)
-        os.close(events_fd)  # the caller sees the event stream end when the trial's copy closes
-        os.close(requests_fd)
-        told = _send(sock, f"pid {pid}")
+        finally:
+            os.close(events_fd)  # the caller sees the event stream end when the trial's copy closes
+            os.close(requests_fd)
+        told = _send(sock, f"pid {number} {pid}")
         _, status = os.waitpid(pid, 0)
-        if not (told and _send(sock, f"exit {pid} {status}")):
+        if not (told and _send(sock, f"exit {number} {status}")):
             break  # the caller closed its end
     return 0
 
