@@ -37,6 +37,12 @@ UNKNOWN_EXIT = 255
 """The exit code reported for a trial whose server died before telling its status."""
 
 
+_SERVER = ("import signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); signal.signal(signal.SIGTERM, "
+           "signal.SIG_IGN); from dqnlab.engine.trial_server import main; sys.exit(main(sys.argv[1:]))")
+"""The server's command: SIGINT and SIGTERM are ignored before the engine's imports (~1.6 s), so a Ctrl-C
+meanwhile never kills it halfway (the caller passes those signals on to the trial itself)."""
+
+
 class TrialServerError(RuntimeError):
     """The trial server could not start a trial (it died, found a thread, or this kernel has no pidfd)."""
 
@@ -150,7 +156,7 @@ class TrialServer:
 
     def _start(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        cmd = [sys.executable, "-m", "dqnlab.engine.trial_server", str(theirs.fileno()), str(os.getpid())]
+        cmd = [sys.executable, "-c", _SERVER, str(theirs.fileno()), str(os.getpid())]
         try:
             self._proc = subprocess.Popen(cmd, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
         finally:
@@ -203,6 +209,7 @@ def _fork_trial(sock: socket.socket, events_fd: int, requests_fd: int, run) -> i
 
 
 def main(argv: list[str]) -> int:
+    """The server: ``argv`` is the socket's fd and the caller's pid (:data:`_SERVER` runs it)."""
     sock, caller = socket.socket(fileno=int(argv[0])), int(argv[1])
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -250,7 +257,3 @@ def _send(sock: socket.socket, message: str) -> bool:
         return True
     except (BrokenPipeError, ConnectionResetError):
         return False
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
