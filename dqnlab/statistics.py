@@ -50,7 +50,8 @@ def _resample(rng: np.random.Generator, groups: Sequence[np.ndarray], reps: int)
     if len(groups) == 1 or len({g.size for g in groups}) == 1:
         n = groups[0].size
         idx = rng.integers(0, n, (reps, n * len(groups)))
-        return np.concatenate([g[idx[:, i * n : (i + 1) * n]] for i, g in enumerate(groups)], axis=1)
+        idx += np.repeat(np.arange(len(groups)) * n, n)  # group i's indices into the concatenation: one gather
+        return np.concatenate(groups)[idx]
     rows = [np.concatenate([g[rng.integers(0, g.size, g.size)] for g in groups]) for _ in range(reps)]
     return np.stack(rows)
 
