@@ -15,8 +15,13 @@ and, while its Holm-scaled p-value or a TOST bound is near its threshold, draws 
 below :data:`MC_SE_TARGET`, and every decision is :data:`Z` Monte Carlo SEs from its threshold (one
 still that close at :data:`MAX_DRAWS` takes the weaker word, and its row says so). The
 table prints each Holm p with its Monte Carlo SE, so a reader sees how firm the last digit is. Each
-contrast draws from its own stream, ``(seed, index)``: another generator seed gives independent draws,
-and the verdict words must not move with it (a test reruns every committed family with 10 seeds).
+contrast draws from its own stream, ``(seed, its index among the declared contrasts)``: another generator
+seed gives independent draws, and the verdict words must not move with it (a test reruns every committed
+family with 10 seeds); a contrast's draws do not change when another declared contrast's data land.
+
+Holm and the TOST level count every declared contrast: one not run (no data yet, or too few seeds a
+side) counts as p = 1, so a word read while some cells still run can only strengthen when they land, and
+a contrast that loses its data never makes the correction of the others milder than declared.
 """
 
 from __future__ import annotations
@@ -96,12 +101,9 @@ class Family:
     words: tuple[str, str] = ("better", "worse")
     """What a resolved positive / negative estimate is called."""
     seed: int = 0
-    """The bootstrap generator's seed (each contrast draws from ``(seed, its index)``)."""
+    """The bootstrap generator's seed (each contrast draws from ``(seed, its declared index)``)."""
     draws: int = DRAWS
     max_draws: int = MAX_DRAWS
-    count_not_run: bool = False
-    """Holm and the TOST level count every declared contrast, one not run yet as p = 1 (a family read while
-    some of its cells still run: a word it gives can only strengthen when they land, never flip)."""
     rows: list[dict] = field(default_factory=list)
     _results: dict[int, list[dict]] = field(default_factory=dict, repr=False)
 
@@ -110,21 +112,31 @@ class Family:
             recording.append(self)
 
     def difference(self, label: str, x, y) -> None:
-        """``IQM(x) - IQM(y)`` over seeds (skipped, and said so, when either side has no run)."""
+        """``IQM(x) - IQM(y)`` over the seeds with a score (skipped, and said so, when either side has no
+        run). A seed without one (NaN: a hard-diverged run has no policy to score) is left out, and its row
+        says how many were: an IQM of the survivors could otherwise flatter the side that diverged."""
         x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+        unscored = (int(np.count_nonzero(~np.isfinite(x))), int(np.count_nonzero(~np.isfinite(y))))
         x, y = x[np.isfinite(x)], y[np.isfinite(y)]
         if not len(x) or not len(y):
             self.rows.append({"contrast": label, "missing": True})
+            self._results.clear()
             return
         if min(len(x), len(y)) < MIN_SEEDS:
             self.rows.append({"contrast": label, "missing": True,
                               "reason": f"too few seeds ({len(x)} vs {len(y)}; a verdict needs {MIN_SEEDS} a side)"})
+            self._results.clear()
             return
         self.add(label, iqm(x) - iqm(y), difference_draws(x, y, iqm))
+        if any(unscored):
+            self.rows[-1]["unscored"] = unscored
 
     def add(self, label: str, estimate: float, sample: Draws | np.ndarray, testable_equivalence: bool = True) -> None:
         """A contrast with its bootstrap (:data:`dqnlab.statistics.Draws`; a fixed array of draws, as a
-        constructed test passes, is used as it is and never refined)."""
+        constructed test passes, is used as it is and never refined). A non-finite estimate is refused (its
+        sign would be a word)."""
+        if not math.isfinite(estimate):
+            raise ValueError(f"{self.name}: contrast {label!r}: estimate {estimate}; allowed: a finite number")
         self.rows.append({"contrast": label, "estimate": estimate, "sample": sample,
                           "equivalence": testable_equivalence, "missing": False})  # fmt: skip
         self._results.clear()
@@ -141,11 +153,15 @@ class Family:
 
     def _compute(self, seed: int) -> list[dict]:
         tested = [r for r in self.rows if not r["missing"]]
-        not_run = len(self.rows) - len(tested) if self.count_not_run else 0
-        m = max(len(tested) + not_run, 1)
-        rngs = [np.random.default_rng([seed, i]) for i in range(len(tested))]
+        m = max(len(self.rows), 1)  # every declared contrast; one not run counts as p = 1
+        rngs = [np.random.default_rng([seed, i]) for i, r in enumerate(self.rows) if not r["missing"]]
         draws = [np.asarray(r["sample"], dtype=float) if isinstance(r["sample"], np.ndarray)
                  else _draw(r["sample"], rng, self.draws) for r, rng in zip(tested, rngs)]  # fmt: skip
+        for r, d in zip(tested, draws):
+            if not np.isfinite(d).all():
+                raise ValueError(f"{self.name}: contrast {r['contrast']!r}: {np.count_nonzero(~np.isfinite(d))} of "
+                                 f"{d.size} bootstrap draws not finite; allowed: finite draws (a cell without a "
+                                 "finite seed is a contrast not run)")
         while True:
             p = np.array([bootstrap_p_value(d) for d in draws])
             adjusted, scaled, source = holm_with_sources(p, declared=m)
@@ -184,7 +200,7 @@ class Family:
         res = self.results()
         tested = sum(not r["missing"] for r in res)
         most = max((r["draws"] for r in res if not r["missing"]), default=0)
-        short = self.count_not_run and tested < len(res)
+        short = tested < len(res)
         counted = (f"{tested} of {len(res)} contrasts run, Holm-corrected over all {len(res)}, a contrast not run "
                    "counting as p = 1" if short else f"{tested} contrasts, Holm-corrected")  # fmt: skip
         lines = [f"Family *{self.name}*: {counted} (alpha {ALPHA}); equivalence margin "
@@ -196,6 +212,8 @@ class Family:
                 lines.append(f"| {r['contrast']} | — | — | — | {r.get('reason', 'not run')} |")
                 continue
             flag = "" if r["settled"] else f" (at a threshold within {Z:g} MC SE after {r['draws']:,} draws)"
+            if "unscored" in r:
+                flag += " ({} vs {} seeds without a score left out)".format(*r["unscored"])
             lines.append(f"| {r['contrast']} | {r['estimate']:+.{digits}f} [{r['low']:.{digits}f}, {r['high']:.{digits}f}] "
                          f"| {r['p']:.3f} | {r['p_holm']:.3f} ({r['mc_se']:.4f}) | {r['verdict']}{flag} |")  # fmt: skip
         return "\n".join(lines)

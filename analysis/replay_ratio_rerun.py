@@ -58,7 +58,7 @@ the same config and seeds per cell; the cheap cells first), read together while 
 Acrobot's UTD-1 cells run as ``-utd1`` (before d069b71 a study's grid could not grow). A part too long for
 one sitting runs its cells as seed blocks (``--set replicas=K --axis seed=0,K,2K,...``: one trial a block;
 the cell pools its blocks' seeds). A results folder does not outlive the machine it ran on, its exported
-data do: Acrobot's UTD 4 (~6 h) runs as one part per block of 34 seeds (``-utd4-seeds0``, ``-seeds34``,
+data do: Acrobot's UTD 4 (~5 h) runs as one part per block of 34 seeds (``-utd4-seeds0``, ``-seeds34``,
 ..., ``-seeds136``), each exported when its two trials end."""
 PLANNED_SEEDS = {"replay_ratio-rerun_cartpole": 110, "replay_ratio-rerun_default": 110,
                  "replay_ratio-rerun_acrobot": 170}  # fmt: skip
@@ -83,7 +83,7 @@ def contrasts(runs: pd.DataFrame, hist: pd.DataFrame, name: str, env: str) -> Fa
     cells = {k: g for k, g in runs.groupby(["utd", "target_unit"])}
     final = {k: _returns(g) for k, g in cells.items()}
     auc = {k: auc_of(g, hist) for k, g in cells.items()}
-    family = Family(f"rerun at power, {name}", MARGIN.get(env, float("nan")), count_not_run=True)
+    family = Family(f"rerun at power, {name}", MARGIN.get(env, float("nan")))
     empty = np.array([])
     for score, values in (("final return", final), ("AUC", auc)):
         for unit in UNITS:
@@ -281,22 +281,23 @@ def _draw(axrow, runs: pd.DataFrame, hist: pd.DataFrame, title: str) -> None:
 
 def by_study(present: dict[str, tuple[pd.DataFrame, pd.DataFrame]]) -> dict[str, tuple[pd.DataFrame, pd.DataFrame]]:
     """The rerun studies present (name -> (runs, hist)) by their full study's name: the full study where
-    present, else its parts (:data:`PARTS`) together; a cell none of whose seeds ran (a lost trial) left out."""
+    present, else its parts (:data:`PARTS`) together. A failed run (its trial lost) is left out: it has no
+    result, so it neither counts among a cell's seeds nor stops the same seeds from being rerun in another
+    part; a cell none of whose seeds ended is then absent (not run yet)."""
     out = {}
     for name in STUDIES:
         parts = [present[name]] if name in present else [present[p] for p in _parts(name) if p in present]
         if parts:
             runs, hist = stacked(dict(enumerate(parts)))
+            if "outcome" in runs:
+                runs = runs[runs["outcome"] != "failed"]
+                hist = hist[hist["run_id"].isin(runs["run_id"])]
             cell = list(dict.fromkeys(["utd", "target_unit", *cell_axes(runs)]))
             twice = runs[runs.duplicated([*cell, "seed"], keep=False)]
             if not twice.empty:  # parts overlap (a UTD or a seed block run twice): a seed would count twice
                 first = twice.iloc[0]
                 raise ValueError(f"{name}: seed {first['seed']} of cell {cell_label(first, cell)} is in "
                                  f"{sorted(set(twice['study']))}; each seed of a cell must come from one part")  # fmt: skip
-            if "outcome" in runs:  # a cell whose every seed failed (its trial lost, to be rerun) is not run yet
-                ran = runs.groupby(cell)["outcome"].transform(lambda o: bool((o != "failed").any()))
-                runs = runs[ran.astype(bool)]
-                hist = hist[hist["run_id"].isin(runs["run_id"])]
             out[name] = runs, hist
     return out
 

@@ -314,6 +314,11 @@ def test_finding_4r_pools_a_cells_seed_blocks_from_its_parts_and_refuses_a_seed_
     lost = part(f"{name}-utd4", range(0, 3), outcome="failed")  # a trial lost before any seed ended: not run
     runs, hist = by_study({f"{name}-utd0.25_1": low, f"{name}-utd4": lost})[name]
     assert set(runs["utd"]) == {1.0} and len(hist) == 3
+    # the lost seeds rerun in another part: taken once, the failed runs neither counted nor called a duplicate
+    partly = part(f"{name}-utd4", range(0, 3), outcome="failed")[0].iloc[:2]
+    rerun = part(f"{name}-utd4-seeds0", range(0, 3))
+    runs, hist = by_study({f"{name}-utd4": (partly, lost[1]), f"{name}-utd4-seeds0": rerun})[name]
+    assert sorted(runs["seed"]) == [0, 1, 2] and set(runs["study"]) == {f"{name}-utd4-seeds0"} and len(hist) == 3
     twice = part(f"{name}-utd0.25_1", [2, 3], utd=4.0)  # seed 2 of the UTD-4 cell again
     in_both = r"seed 2 of cell utd=4, target_unit=updates is in .*acrobot-utd0.25_1.*acrobot-utd4"
     with pytest.raises(ValueError, match=in_both):
@@ -380,15 +385,66 @@ def test_finding_4r_holds_a_cell_short_of_its_planned_seeds_out_of_every_contras
     assert PLANNED_SEEDS == {f"replay_ratio-{preset}": base["replicas"] for preset, base in module.RERUNS.items()}
 
 
-def test_a_family_that_counts_its_contrasts_not_run_corrects_over_all_it_declared():
-    """``count_not_run``: Holm and TOST count a declared contrast with no data yet as p = 1, so a p of 0.03
-    among two declared reads 0.06 (inconclusive) where a family of the contrasts present alone reads 0.03."""
+def test_a_family_corrects_over_every_contrast_it_declared_one_not_run_counting_as_p_one():
+    """Holm and TOST count a declared contrast with no data yet (or too few seeds a side) as p = 1, so a p
+    of 0.03 among two declared reads 0.06 (inconclusive) where the contrast present alone reads 0.03: a
+    contrast losing its data never makes the correction of the others milder than declared."""
     draws = np.concatenate([np.full(98_500, 5.0), np.full(1_500, -1.0)])  # a two-sided bootstrap p of 0.03
-    words = {}
-    for count in (False, True):
-        family = Family("f", 1.0, count_not_run=count)
+    alone = Family("f", 1.0)
+    alone.add("run", 5.0, draws)
+    assert alone.results()[0]["p_holm"] == pytest.approx(0.03) and alone.results()[0]["verdict"] == "better"
+    for lost in ([], [1.0, 2.0]):  # no data yet; two seeds a side, fewer than a verdict needs
+        family = Family("f", 1.0)
         family.add("run", 5.0, draws)
-        family.difference("not run yet", [], [])
-        words[count] = family.results()[0]
-    assert words[False]["p_holm"] == pytest.approx(0.03) and words[False]["verdict"] == "better"
-    assert words[True]["p_holm"] == pytest.approx(0.06) and words[True]["verdict"] == "inconclusive"
+        family.results()  # a cached reading: declaring another contrast must not leave it stale
+        family.difference("not run", lost, lost)
+        row = family.results()[0]
+        assert row["p_holm"] == pytest.approx(0.06) and row["verdict"] == "inconclusive", (lost, row)
+        assert "1 of 2 contrasts run, Holm-corrected over all 2" in family.markdown()
+
+
+def test_a_contrasts_draws_do_not_change_when_another_declared_contrast_lands():
+    """Each contrast draws from the stream of its declared index, so the CI a page prints for one contrast
+    is the same before and after an earlier-declared contrast's cells land (only Holm's m-dependent
+    digits may move, and those only down)."""
+    rng = np.random.default_rng(3)
+    a, b, c, d = (rng.normal(mu, 20, 30) for mu in (100, 90, 60, 50))
+    before, after = Family("f", 10.0), Family("f", 10.0)
+    before.difference("first, not run yet", [], [])
+    after.difference("first, landed", a, b)
+    for family in (before, after):
+        family.difference("second", c, d)
+    second = [next(r for r in f.results() if r["contrast"] == "second") for f in (before, after)]
+    assert (second[0]["low"], second[0]["high"], second[0]["p"]) == (second[1]["low"], second[1]["high"], second[1]["p"])
+    assert second[1]["p_holm"] <= second[0]["p_holm"]
+
+
+def test_a_contrast_without_finite_draws_or_estimate_is_refused_never_given_a_word():
+    """A NaN draw counts in neither tail of a bootstrap p-value: 9 NaNs for each finite draw gave p 0.04 where
+    the finite draws alone give 0.4, and a NaN estimate's sign is a word. Each is refused by name; a trend
+    over an empty cell (which shifted the other cells' columns and printed `worse`) too."""
+    from dqnlab.statistics import bootstrap_p_value, trend_draws
+
+    finite = np.linspace(-0.4, 1.6, 20_000)
+    assert bootstrap_p_value(finite) == pytest.approx(0.4, abs=1e-3)
+    with pytest.raises(ValueError, match=r"draws: got 180000 non-finite of 200000"):
+        bootstrap_p_value(np.concatenate([finite, np.full(180_000, np.nan)]))
+    family = Family("f", 1.0)
+    family.add("nan draws", 0.6, lambda rng, reps: np.full(reps, np.nan))
+    with pytest.raises(ValueError, match=r"f: contrast 'nan draws': 50000 of 50000 bootstrap draws not finite"):
+        family.results()
+    with pytest.raises(ValueError, match=r"f: contrast 'nan estimate': estimate nan"):
+        Family("f", 1.0).add("nan estimate", float("nan"), finite)
+    with pytest.raises(ValueError, match=r"cells: got \[10, 0, 10\] seeds for 3 x values"):
+        trend_draws([0, 1, 2], [np.ones(10), [], np.ones(10)])
+
+def test_a_contrast_that_leaves_out_seeds_without_a_score_says_how_many():
+    """A hard-diverged seed has no final return (NaN) and is left out of its cell's IQM; the row says so,
+    since the survivors' IQM could flatter the side that diverged."""
+    rng = np.random.default_rng(4)
+    family = Family("f", 10.0)
+    family.difference("some diverged", np.append(rng.normal(100, 5, 8), [np.nan, np.nan]), rng.normal(90, 5, 10))
+    family.difference("none diverged", rng.normal(100, 5, 10), rng.normal(90, 5, 10))
+    lines = {line.split("|")[1].strip(): line for line in family.markdown().splitlines() if line.startswith("| ")}
+    assert lines["some diverged"].endswith("| better (2 vs 0 seeds without a score left out) |"), lines
+    assert lines["none diverged"].endswith("| better |"), lines

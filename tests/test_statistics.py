@@ -108,7 +108,8 @@ def test_the_seeds_for_a_half_width_scale_the_pilots_bootstrap_half_width_by_one
     n = seeds_for_half_width([x], 25)
     widths = [(lambda c: (c[2] - c[1]) / 2)(bootstrap_ci(rng.normal(200, 60, n))) for _ in range(20)]
     assert 15 < float(np.median(widths)) < 35  # the planned +-25, up to the pilot's own sampling error
-    for bad, match in (([[1.0, 2.0]], "pilot_cells"), ([], "pilot_cells")):
+    for bad, match in (([[1.0, 2.0, 3.0, 4.0]], r"pilot_cells: got \[4\] finite seeds; allowed: .*>= 5"),
+                       ([x, [1.0, 2.0, np.nan, 3.0, 4.0]], r"got \[10, 4\]"), ([], "pilot_cells")):
         with pytest.raises(ValueError, match=match):
             seeds_for_half_width(bad, 25)
     with pytest.raises(ValueError, match="half_width"):
@@ -152,3 +153,26 @@ def test_a_trials_estimated_time_is_within_1_5x_of_the_committed_serial_trials_i
     assert len(ratios) >= 19 and replicas >= {10, 110}
     off = {k: round(r, 2) for k, r in ratios.items() if not 0.67 <= r <= 1.5}
     assert not off, off
+
+
+def test_a_pilot_of_fewer_than_five_seeds_a_cell_is_refused_since_it_plans_too_few():
+    """Why :data:`MIN_PILOT_SEEDS` is 5 (simulated, one normal cell, fixed seeds): 3-seed pilots plan a median
+    under half the seeds a 400-seed pilot asks, 5-seed pilots over 0.6 of it (the median of a 5-seed variance
+    is ~0.84 of the true one, of a 3-seed one ~0.69, and a bootstrap over 3 values is narrow besides)."""
+    import numpy as np
+    import pytest
+
+    import dqnlab.statistics as S
+
+    rng = np.random.default_rng(1)
+    truth = float(np.median([S.seeds_for_half_width([rng.normal(0, 1, 400)], 0.25, reps=5000) for _ in range(5)]))
+    planned = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(S, "MIN_PILOT_SEEDS", 2)
+        for n in (3, 5):
+            planned[n] = float(np.median([S.seeds_for_half_width([rng.normal(0, 1, n)], 0.25, reps=2000, seed=i)
+                                          for i in range(300)]))  # fmt: skip
+    assert planned[3] < 0.5 * truth and 0.6 * truth < planned[5] < 1.25 * truth, (truth, planned)
+    assert S.MIN_PILOT_SEEDS == 5
+    with pytest.raises(ValueError, match="allowed: 1 or more cells, >= 5 each"):
+        S.seeds_for_half_width([rng.normal(0, 1, 4)], 0.25)

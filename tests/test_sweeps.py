@@ -421,7 +421,7 @@ def test_a_throughput_study_refuses_replicas_since_they_share_one_measurement(ca
 def test_a_dry_run_plans_each_cells_seeds_for_a_half_width_from_a_pilot_studys_runs(tmp_path, capsys):
     """``--dry-run --half-width H --pilot STUDY`` reads the pilot's seed runs by grid point (its seed axis
     or replicas, alike) and prints the seeds each cell needs, as :func:`seeds_for_half_width` gives them
-    from those values; a cell with fewer than 3 pilot seeds says so; a half-width without --dry-run is
+    from those values; a cell with fewer than 5 pilot seeds says so; a half-width without --dry-run is
     refused by name."""
     import json
 
@@ -434,7 +434,7 @@ def test_a_dry_run_plans_each_cells_seeds_for_a_half_width_from_a_pilot_studys_r
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     exp = client.create_experiment("utd", artifact_location=str(tmp_path / "mlartifacts"))
     rng = np.random.default_rng(0)
-    pilot = {1.0: rng.normal(200, 60, 5), 4.0: rng.normal(150, 20, 2)}  # UTD 4: too few seeds to plan
+    pilot = {1.0: rng.normal(200, 60, 5), 4.0: rng.normal(150, 20, 4)}  # UTD 4: too few seeds to plan
     for utd, values in pilot.items():
         for seed, v in enumerate(values):
             key = json.dumps({"seed": seed, "target_unit": "updates", "utd": utd})  # a pilot with a seed axis
@@ -447,7 +447,7 @@ def test_a_dry_run_plans_each_cells_seeds_for_a_half_width_from_a_pilot_studys_r
     out = capsys.readouterr().out
     need = seeds_for_half_width([pilot[1.0]], 25)
     assert f'{{"target_unit": "updates", "utd": 1.0}}: pilot 5 seeds -> {need} seeds' in out
-    assert '{"target_unit": "updates", "utd": 4.0}: pilot has 2 finite seed(s); needs >= 3 to plan' in out
+    assert '{"target_unit": "updates", "utd": 4.0}: pilot has 4 finite seed(s); needs >= 5 to plan' in out
     assert sweep_here("utd", ["--half-width", "25"]) == 2
     assert "--half-width: got 25.0; allowed: a number > 0, with --dry-run" in capsys.readouterr().err
 

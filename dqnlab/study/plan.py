@@ -13,14 +13,14 @@ import math
 from dataclasses import dataclass
 
 from dqnlab.metrics import OBJECTIVE, display_key
-from dqnlab.statistics import seeds_for_half_width
+from dqnlab.statistics import MIN_PILOT_SEEDS, seeds_for_half_width
 from dqnlab.study.spec import SweepSpec, estimate_trial_s, point_key
 
 
 @dataclass(frozen=True)
 class CellPlan:
     """One grid point's plan: its key, the pilot's finite objective values there, and the seeds needed
-    (None where the pilot has fewer than 3 finite values)."""
+    (None where the pilot has fewer than :data:`~dqnlab.statistics.MIN_PILOT_SEEDS` finite values)."""
 
     key: str
     pilot_seeds: int
@@ -59,7 +59,7 @@ def seed_plan(spec: SweepSpec, pilot: dict[str, list[float]], half_width: float)
             continue
         seen.add(key)
         values = pilot.get(key, [])
-        if len(values) < 3:
+        if len(values) < MIN_PILOT_SEEDS:
             plans.append(CellPlan(key, len(values), None, None))
             continue
         n = seeds_for_half_width([values], half_width)
@@ -72,7 +72,7 @@ def format_plan(plans: list[CellPlan], half_width: float, jobs: int) -> str:
     lines = [f"seeds a cell needs for a 95% CI of its IQM within +-{half_width:g} (a contrast of two cells: ~2x a side):"]
     for p in plans:
         if p.seeds is None:
-            lines.append(f"  {p.key}: pilot has {p.pilot_seeds} finite seed(s); needs >= 3 to plan")
+            lines.append(f"  {p.key}: pilot has {p.pilot_seeds} finite seed(s); needs >= {MIN_PILOT_SEEDS} to plan")
         else:
             lines.append(f"  {p.key}: pilot {p.pilot_seeds} seeds -> {p.seeds} seeds (~{p.estimated_s / 60:.1f} min)")
     total = sum(p.estimated_s for p in plans if p.estimated_s is not None) / jobs
