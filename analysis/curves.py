@@ -55,9 +55,12 @@ def final_metric(runs: pd.DataFrame, metric: str) -> np.ndarray:
 
 def soft_divergence_counts(runs: pd.DataFrame, hist: pd.DataFrame) -> tuple[int, int]:
     """How many of ``runs`` had max |Q| beyond what the env can pay at any soft-divergence check, and at
-    their last check (ended there); a hard-diverged run counts in both."""
+    their last check (ended there: the last in record order, as :func:`analysis.stats.collapse_label` reads
+    it; the final evaluation and the final log point each check, at one stamp); a hard-diverged run counts
+    in both."""
     checks = hist[(hist["metric"] == M.SOFT_DIVERGENCE) & hist["run_id"].isin(runs["run_id"])]
-    last = checks.sort_values(M.ENV_STEPS).groupby("run_id")["value"].last()
+    stamp = [c for c in (M.ENV_STEPS, M.UPDATES) if c in checks]
+    last = checks.sort_values(stamp, kind="stable").groupby("run_id")["value"].last()
     ever = checks.groupby("run_id")["value"].max()
     hard = set(runs.loc[runs["status"] == "diverged", "run_id"])
     n_any = sum(1 for r in runs["run_id"] if r in hard or ever.get(r, 0.0) >= 1.0)

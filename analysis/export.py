@@ -66,8 +66,12 @@ def export_study(runs: pd.DataFrame, hist: pd.DataFrame, configs: dict[str, dict
     out.mkdir(parents=True, exist_ok=True)
     table = runs[[c for c in RUN_FIELDS if c in runs] + ["seed"] + _final_columns(runs)].copy()
     table.insert(1, "config", [json.dumps(configs[r]) for r in table["run_id"]])
+    for c in table.columns:  # whole numbers stay exact (a float column, NaN beside them, would print 1.23457e+06)
+        col = table[c]
+        if col.dtype.kind == "f" and np.all(np.mod(col.dropna(), 1) == 0) and col.notna().any():
+            table[c] = col.astype("Int64")
     evals = hist[hist["metric"].isin(EVAL_METRICS)]
-    logs = hist[hist["metric"].isin(LOG_METRICS)]
+    logs = hist[hist["metric"].isin(set(LOG_METRICS) - set(EVAL_METRICS))]  # a metric of both is kept whole, once
     logs = pd.concat([_thin(g) for _, g in logs.groupby("run_id")]) if not logs.empty else logs
     curves = pd.concat([evals, logs]).sort_values(["run_id", M.ENV_STEPS, "metric"])
     paths = [out / f"{study}.runs.csv.gz", out / f"{study}.curves.csv.gz"]
@@ -83,27 +87,35 @@ def read_study(data: Path, study: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     from analysis.stats import collapse_label, final_return
 
     runs = pd.read_csv(Path(data) / f"{study}.runs.csv.gz")
-    hist = pd.read_csv(Path(data) / f"{study}.curves.csv.gz")
+    # files exported before 2026-12-07 hold the log points of the two Q metrics of both lists twice: once
+    hist = pd.read_csv(Path(data) / f"{study}.curves.csv.gz").drop_duplicates(ignore_index=True)
     typed = pd.DataFrame([Config.from_flat(json.loads(c)).to_flat() for c in runs["config"]], index=runs.index)
     runs = pd.concat([runs.drop(columns=["config", "seed"]), typed], axis=1)
     records = _records_by_run(hist)
     runs["final_return"] = [final_return(records.get(r.run_id, []), r.status) if r.outcome != "failed" else np.nan
                             for r in runs.itertuples()]  # fmt: skip
-    runs["collapse"] = [collapse_label(records.get(r.run_id, []), r.status) if r.outcome != "failed" else "failed"
-                        for r in runs.itertuples()]  # fmt: skip
+    runs["collapse"] = [collapse_label(records[r.run_id], r.status) if r.outcome != "failed" and records.get(r.run_id)
+                        else "failed" for r in runs.itertuples()]  # fmt: skip  # no history: as load() says
     return runs, hist
 
 
 def _records_by_run(hist: pd.DataFrame) -> dict[str, list[dict[str, float]]]:
-    """Each run's history records back from the long table: run id -> one dict per (env_steps, updates)
-    stamp, in stamp order (one pass over the table; rows without a stamp are not records)."""
+    """Each run's history records back from the long table: run id -> its records, in stamp order (one
+    pass over the table; rows without a stamp are not records). Records that share an (env_steps, updates)
+    stamp (the final evaluation and the final log point) come back as many: a metric's k-th row at a stamp
+    goes to that stamp's k-th record, in the file's order (the order they were recorded in), so neither
+    record's value of a metric both hold (a soft-divergence check) overwrites the other's."""
     h = hist.dropna(subset=[M.ENV_STEPS, M.UPDATES]).sort_values(["run_id", M.ENV_STEPS, M.UPDATES], kind="stable")
     out: dict[str, list[dict[str, float]]] = {}
-    stamp, record = None, {}
+    stamp, at_stamp = None, []
     columns = (h[c].to_numpy() for c in ("run_id", M.ENV_STEPS, M.UPDATES, "metric", "value"))
     for run_id, steps, updates, metric, value in zip(*columns):
         if (run_id, steps, updates) != stamp:
-            stamp, record = (run_id, steps, updates), {M.ENV_STEPS: steps, M.UPDATES: updates}
+            stamp, at_stamp = (run_id, steps, updates), []
+        record = next((r for r in at_stamp if metric not in r), None)
+        if record is None:
+            record = {M.ENV_STEPS: steps, M.UPDATES: updates}
+            at_stamp.append(record)
             out.setdefault(run_id, []).append(record)
         record[metric] = value
     return out
