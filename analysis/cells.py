@@ -85,9 +85,10 @@ def comparisons(runs: pd.DataFrame, value: str = "final_return", reps: int = 200
     axes: ``iqm_diff`` (IQM of the value minus IQM of the baseline) with ``diff_low``/``diff_high``, and
     ``p_improvement`` = P(a run of the value beats a run of the baseline) with its CI."""
     names = axes(runs)
+    runs = _unset_named(runs, names)
     rows = []
     for axis in names:
-        values = sorted(runs[axis].dropna().unique(), key=_sort_key)
+        values = sorted(runs[axis].unique(), key=_sort_key)
         if len(values) < 2:
             continue
         baseline = values[0]
@@ -118,7 +119,15 @@ def _comparison_row(axis, value, baseline, where, x, y, diff, p) -> dict:
             "p_improvement": p[0], "p_low": p[1], "p_high": p[2]}  # fmt: skip
 
 
+def _unset_named(runs: pd.DataFrame, names: list[str]) -> pd.DataFrame:
+    """``runs`` with an axis value that is unset (None: e.g. ``reward_bound``'s default) written ``"None"``,
+    so the cell it names is compared like any other instead of vanishing (NaN equals nothing)."""
+    return runs.assign(**{a: runs[a].astype(object).where(runs[a].notna(), "None") for a in names})
+
+
 def _sort_key(v):
+    if v is None or v == "None":  # an unset value (the default) first: the baseline
+        return (-1, "")
     return (0, v) if isinstance(v, (int, float, np.number)) and not isinstance(v, bool) else (1, str(v))
 
 
@@ -147,8 +156,9 @@ def axis_family(runs: pd.DataFrame, value: str = "final_return"):
     env = str(runs[ENV].iloc[0]) if ENV in runs else ""
     family = Family("each swept value against the axis's first, the other axes held fixed (final return)",
                     RETURN_MARGINS.get(env, math.nan))  # fmt: skip
+    runs = _unset_named(runs, names)
     for axis in names:
-        values = sorted(runs[axis].dropna().unique(), key=_sort_key)
+        values = sorted(runs[axis].unique(), key=_sort_key)
         rest = [n for n in names if n != axis]
         for v in values[1:]:
             for key, g in _groups(runs, rest):

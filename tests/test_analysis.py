@@ -154,6 +154,21 @@ def test_comparisons_along_each_axis_at_each_setting_of_the_others():
     assert ln.loc["utd=1", "diff_low"] <= 100.0 <= ln.loc["utd=1", "diff_high"]
 
 
+def test_an_unset_axis_value_is_a_cell_compared_like_any_other():
+    """A sweep over ``reward_bound`` None (its default) and 100: the None cell is the baseline it is, never
+    dropped (NaN equals nothing, so it had vanished from the comparisons and the report's family)."""
+    from analysis.cells import axis_family, comparisons
+
+    runs = _grid({(None, 1.0): [100, 110, 120], (100.0, 1.0): [200, 210, 220], (None, 4.0): [50, 60, 70],
+                  (100.0, 4.0): [40, 45, 50]}, ("reward_bound", "utd"))  # fmt: skip
+    rb = comparisons(runs, reps=200)
+    rb = rb[rb["axis"] == "reward_bound"].set_index("where")
+    assert set(rb.index) == {"utd=1", "utd=4"} and rb.loc["utd=1", "iqm_diff"] == pytest.approx(100.0)
+    labels = [r["contrast"] for r in axis_family(runs).results()]
+    assert any(label.startswith("reward_bound 100.0 vs None") for label in labels), labels
+    assert any(label.startswith("utd 4.0 vs 1.0 (reward_bound=None)") for label in labels), labels
+
+
 def test_comparisons_over_several_envs_are_stratified_by_env():
     from analysis.cells import comparisons
 
