@@ -81,9 +81,11 @@ def worker_share(worker: int, kind: str) -> str:
 
 
 # --- learner and Q statistics ---------------------------------------------------------------------
-TD_LOSS = _m("td_loss", "squared return units", "mean TD loss (the configured loss: Huber or MSE) over the updates "
-             "of this log window", "q", "Q statistics")  # fmt: skip
-TD_LOSS_LAST = _m("td_loss_last", "squared return units", "TD loss of the last update", "q", "Q statistics")
+TD_LOSS = _m("td_loss", "squared return units", "mean TD loss (the configured loss: Huber or MSE; with prioritized "
+             "replay weighted by the importance-sampling weights, so lower than uniform's at the same TD errors) over "
+             "the updates of this log window", "q", "Q statistics")  # fmt: skip
+TD_LOSS_LAST = _m("td_loss_last", "squared return units", "TD loss of the last update (weighted as td_loss)", "q",
+                  "Q statistics")  # fmt: skip
 Q_MEAN = _m("q_mean", "return", "mean Q(s,a) on the last sampled batch", "q", "Q statistics")
 Q_MAX = _m("q_max", "return", "max Q(s,a) on the last sampled batch", "q", "Q statistics")
 Q_MIN = _m("q_min", "return", "min Q(s,a) on the last sampled batch", "q", "Q statistics")

@@ -87,3 +87,35 @@ def test_the_vectorised_cartpole_is_used_from_four_envs_on_and_only_for_cartpole
 @pytest.mark.parametrize("n", [1, 8])
 def test_a_workers_episode_step_limit_reaches_either_bank(n):
     assert make_bank("CartPole-v1", n, np.random.default_rng(0), max_episode_steps=2000).max_episode_steps == 2000
+
+
+class _Grid(gym.Env):
+    """A 2x3 Box observation (the step count in every cell), two actions, 3-step episodes."""
+
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (2, 3), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros((2, 3), np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.full((2, 3), self.t, np.float32), 1.0, self.t == 3, False, {}
+
+
+gym.register("dqnlab-test/Grid-v0", entry_point=_Grid)
+
+
+def test_a_gym_bank_flattens_a_multi_dimensional_observation_on_every_step_as_on_reset():
+    """The replay holds ``prod(shape)`` floats a slot: a (2, 3) observation had crashed the first step."""
+    bank = GymBank("dqnlab-test/Grid-v0", 2, np.random.default_rng(0))
+    assert bank.reset().shape == (2, 6)
+    out = (np.empty((2, 6), np.float32), np.empty(2, np.float32), np.empty(2, bool), np.empty(2, bool),
+           np.empty((2, 6), np.float32))  # fmt: skip
+    for t in (1, 2, 3):
+        bank.step(np.zeros(2, np.int64), out)
+        np.testing.assert_array_equal(out[0], np.full((2, 6), t))  # the true next observation
+    np.testing.assert_array_equal(out[4], np.zeros((2, 6)))  # the episode ended: the reset observation
+    assert out[2].all()

@@ -79,6 +79,12 @@ def test_new_priorities_skip_a_slot_overwritten_since_it_was_drawn():
     assert leaves[0] == pytest.approx(7.0)  # the new transition's, not the stale batch's
     drawn = set(batch.slots[0]) - {0}
     assert all(leaves[s] == pytest.approx(3.0) for s in drawn)
+    # nor does the stale slot's |TD error| become the largest priority, which new transitions start at
+    assert 0 in batch.slots[0]
+    before = replay._a["prio_max"].copy()
+    td = np.where(batch.slots == 0, 1e6, 1.0)
+    replay.update_priorities(batch.slots, batch.seq, td)
+    np.testing.assert_array_equal(replay._a["prio_max"], before)
 
 
 def test_the_importance_weighted_loss_and_its_gradient_are_the_reference_ones():

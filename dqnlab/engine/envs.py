@@ -46,6 +46,8 @@ class GymBank:
         self._seeds = rng.integers(0, SEED_HIGH, size=n)
         self.num_actions = int(self.envs[0].action_space.n)
         self.max_episode_steps = self.envs[0].spec.max_episode_steps
+        shape = self.envs[0].observation_space.shape
+        self._flatten = shape is not None and len(shape) > 1  # a 1-D observation is written as it is
 
     def reset(self) -> np.ndarray:
         """First observations ``(n, obs_dim)``, each env seeded from the replica's generator."""
@@ -54,17 +56,17 @@ class GymBank:
 
     def step(self, actions: np.ndarray, out: tuple[np.ndarray, ...]) -> bool:
         """Step env i with ``actions[i]``; write ``(next_obs, rewards, terminated, truncated, obs)`` into
-        ``out``; return whether any episode ended."""
+        ``out`` (observations flattened, as :meth:`reset` gives them); return whether any episode ended."""
         next_obs, rewards, terminated, truncated, obs = out
         ended = False
         for i, env in enumerate(self.envs):
             o, rewards[i], term, trunc, _ = env.step(int(actions[i]))
             terminated[i], truncated[i] = term, trunc
-            next_obs[i] = o
+            next_obs[i] = np.reshape(o, -1) if self._flatten else o
             if term or trunc:
                 o, _ = env.reset()
                 ended = True
-            obs[i] = o
+            obs[i] = np.reshape(o, -1) if self._flatten else o
         return ended
 
     def close(self) -> None:

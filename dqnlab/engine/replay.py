@@ -270,15 +270,17 @@ class SharedReplay:
         largest = self._a["prio_max"]
         return np.where(largest > 0, largest, 1.0)
 
-    def _finite_priorities(self, td_errors: np.ndarray) -> np.ndarray:
-        """``|td_errors| + eps`` ``(K, B)``, raising the largest priority so far; a non-finite |TD error| (a
-        replica diverging) takes its replica's largest finite priority instead, so that one NaN never
-        makes a replica's tree total, and every later batch's weights, NaN. Caller holds the lock."""
+    def _finite_priorities(self, td_errors: np.ndarray, stored: np.ndarray | None = None) -> np.ndarray:
+        """``|td_errors| + eps`` ``(K, B)``, raising the largest priority so far with those that are ``stored``
+        (default: all; a slot overwritten since it was drawn keeps its new transition's); a non-finite |TD
+        error| (a replica diverging) takes its replica's largest finite priority instead, so that one NaN
+        never makes a replica's tree total, and every later batch's weights, NaN. Caller holds the lock."""
         p = np.abs(np.asarray(td_errors, dtype=np.float64)) + self.priorities[1]
         finite = np.isfinite(p)
         if not finite.all():
             p = np.where(finite, p, self._largest_priority()[:, None])
-        np.maximum(self._a["prio_max"], p.max(axis=1), out=self._a["prio_max"])
+        counted = p if stored is None else np.where(stored, p, 0.0)
+        np.maximum(self._a["prio_max"], counted.max(axis=1), out=self._a["prio_max"])
         return p
 
     # --- learner side --------------------------------------------------------------------------
@@ -331,8 +333,8 @@ class SharedReplay:
         since it was drawn (its ``seq`` changed)."""
         a = self._a
         with self._locked(health_check):
-            p = self._finite_priorities(td_errors)
             fresh = a["seq"][slots] == seq
+            p = self._finite_priorities(td_errors, fresh)
             rows = np.broadcast_to(self._replica_rows, slots.shape)[fresh]
             sumtree.set_leaves(a["prio_tree"], rows, slots[fresh], p[fresh] ** self.priorities[0])
 
