@@ -15,7 +15,9 @@ from dqnlab.engine.replay import SharedReplay
 
 
 def annealed_beta(beta0: float, env_steps: int, total_env_steps: int) -> float:
-    """``beta0`` annealed linearly to 1 over the env-step budget (Schaul et al.), 1 from then on."""
+    """``beta0`` annealed linearly to 1 over the env-step budget (Schaul et al.), 1 from then on. Counted
+    from env step 0, not from ``learning_starts``: the first update already draws with
+    ``beta0 + (1 - beta0) L / T`` (0.412 with the defaults); kept so, as findings 2b and 4c ran it."""
     return beta0 + (1.0 - beta0) * min(1.0, env_steps / total_env_steps)
 
 
