@@ -58,7 +58,7 @@ def test_the_page_answers_each_finding_in_a_screen_and_its_appendix_holds_the_re
 NOTEBOOK_TABLES = {"finding_writers": ["writers"], "finding_workers": ["workers", "workers_prioritized"],
                    "finding_parallel": ["parallel"],
                    "finding_replay_ratio": ["replay_ratio", "target_period", "replay_prioritized",
-                                            "replay_polyak"]}  # fmt: skip
+                                            "replay_polyak", "replay_ratio_rerun"]}  # fmt: skip
 """Each finding notebook and the generated blocks of the page whose tables it shows in its stored outputs."""
 
 
