@@ -87,7 +87,7 @@ def read_study(data: Path, study: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     from analysis.stats import collapse_label, final_return
 
     runs = pd.read_csv(Path(data) / f"{study}.runs.csv.gz")
-    # files exported before 2026-12-07 hold the log points of the two Q metrics of both lists twice: once
+    # files exported before 2026-12-07 hold each log point of the two Q metrics in both lists twice; read once
     hist = pd.read_csv(Path(data) / f"{study}.curves.csv.gz").drop_duplicates(ignore_index=True)
     typed = pd.DataFrame([Config.from_flat(json.loads(c)).to_flat() for c in runs["config"]], index=runs.index)
     runs = pd.concat([runs.drop(columns=["config", "seed"]), typed], axis=1)
