@@ -86,6 +86,21 @@ def test_soft_divergence_works_for_negative_rewards_and_non_finite_q():
     assert soft_divergence(math.nan, limit) and soft_divergence(math.inf, limit)
 
 
+def test_a_nan_q_on_either_batch_is_soft_divergence_whichever_batch_it_is_on():
+    # finite weights can still give NaN Q on some states (inf - inf in a layer): a NaN on the current
+    # batch beside a finite probe must fire the check as a NaN on the probe does (Python's max(p, nan)
+    # returns p and hid it)
+    from dqnlab.agent.collapse import collapse_signs, divergence_check
+    from dqnlab.metrics import Q_ABOVE_BOUND, SOFT_DIVERGENCE
+
+    learner = _constant_q(50.0)
+    finite, overflowing = torch.randn(1, 32, 4), torch.full((1, 32, 4), math.inf)
+    for probe, current in ((finite, overflowing), (overflowing, finite)):
+        assert divergence_check(learner, probe, current, [1.0], 0.99, 0.5)[0][SOFT_DIVERGENCE] == 1.0
+        assert collapse_signs(learner, probe, current, [1.0], 0.99, 0.5)[0].metrics[Q_ABOVE_BOUND] == 1.0
+    assert divergence_check(learner, finite, finite, [1.0], 0.99, 0.5)[0][SOFT_DIVERGENCE] == 0.0
+
+
 def test_discounted_returns_and_overestimation_by_hand():
     g = discounted_returns(np.array([1.0, 1.0, 1.0]), 0.5)
     np.testing.assert_allclose(g, [1.75, 1.5, 1.0])

@@ -55,6 +55,12 @@ def soft_divergence(q_abs_max: float, limit: float) -> bool:
     return not math.isfinite(q_abs_max) or q_abs_max > limit
 
 
+def _largest(values: list[float]) -> float:
+    """The largest of some max |Q| values; NaN if any is NaN (Python's ``max`` keeps a finite first
+    value over a NaN after it, which would hide a NaN on one of the two batches)."""
+    return float(np.max(values))
+
+
 def _abs_max(q: torch.Tensor) -> float:
     return float(q.abs().max()) if q.numel() else 0.0
 
@@ -96,7 +102,7 @@ def collapse_signs(learner, probe: torch.Tensor | None, current: torch.Tensor | 
         m = signs.metrics
         bound = q_bound(reward_bounds[k], gamma)
         m[Q_BOUND], m[Q_LIMIT] = bound, q_limit(reward_bounds[k], gamma, margin)
-        seen = max(m.get(Q_PROBE_ABS_MAX, 0.0), m.get(Q_ABS_MAX_CURRENT, 0.0))
+        seen = _largest([m.get(Q_PROBE_ABS_MAX, 0.0), m.get(Q_ABS_MAX_CURRENT, 0.0)])
         m[Q_ABOVE_BOUND] = float(not math.isfinite(seen) or seen > bound)
         m[HARD_DIVERGENCE] = float(signs.hard_divergence)
     return out
@@ -112,7 +118,7 @@ def divergence_check(learner, probe: torch.Tensor | None, current: torch.Tensor 
     out = []
     for k, (p, c) in enumerate(zip(q_abs_max(learner, probe), q_abs_max(learner, current))):
         limit = q_limit(reward_bounds[k], gamma, margin)
-        m = {Q_LIMIT: limit, SOFT_DIVERGENCE: float(soft_divergence(max(p, c), limit))}
+        m = {Q_LIMIT: limit, SOFT_DIVERGENCE: float(soft_divergence(_largest([p, c]), limit))}
         if probe is not None:
             m[Q_PROBE_ABS_MAX] = p
         if current is not None:
