@@ -98,8 +98,8 @@ Q_P = {q: _m(f"q_p{round(q * 100):02d}", "return", f"{q:.0%} quantile of Q(s,a) 
              "Q statistics") for q in Q_QUANTILES}  # fmt: skip
 GRAD_NORM = _m("grad_norm", "", "global gradient norm of the last update, before clipping", "q", "Q statistics")
 PARAM_NORM = _m("param_norm", "", "L2 norm of the online parameters", "q", "Q statistics")
-TARGET_UPDATES = _m("target_updates", "count", "target-network updates so far (copies or Polyak steps)", "learner",
-                    "target update")  # fmt: skip
+TARGET_UPDATES = _m("target_updates", "count", "target-network updates so far (copies or Polyak steps; naive writers: "
+                    "each worker copies its own target, the mean over workers)", "learner", "target update")  # fmt: skip
 RESETS = _m("resets", "count", "plasticity resets so far", "learner", "reset")
 LOST_UPDATES = _m("lost_updates", "updates", "updates whose effect a write by another worker replaced before any write "
                   "built on them (local_copies; 0 for the single learner)", "learner", "lost update")  # fmt: skip

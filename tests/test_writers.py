@@ -10,7 +10,7 @@ from small import small_config
 from dqnlab.config import Config, ConfigError
 from dqnlab.engine import train
 from dqnlab.engine.naive import LineageBook, lost_updates
-from dqnlab.metrics import LOST_UPDATE_FRAC, LOST_UPDATES, RACED_WRITE_FRAC, UPDATES
+from dqnlab.metrics import LOST_UPDATE_FRAC, LOST_UPDATES, RACED_WRITE_FRAC, TARGET_UPDATES, UPDATES
 
 
 def test_lost_updates_are_counted_exactly_on_a_deterministic_toy():
@@ -57,6 +57,7 @@ def small(**overrides) -> Config:
 def test_the_single_learner_reports_no_lost_update_and_no_raced_write(leak_guard):
     result = train(small())
     assert all(m[LOST_UPDATES] == 0 and m[RACED_WRITE_FRAC] == 0 for m in result.history if LOST_UPDATES in m)
+    assert result.final[TARGET_UPDATES] == result.final[UPDATES] // 500  # a copy every target_period updates
 
 
 @pytest.mark.parametrize("writers", ["hogwild", "local_copies"])
@@ -73,8 +74,14 @@ def test_the_naive_setups_take_exactly_the_owed_updates_and_measure_what_they_lo
     else:
         assert final[LOST_UPDATES] == 0 and 0 <= final[RACED_WRITE_FRAC] <= 1
         assert f"raced_write_frac={final[RACED_WRITE_FRAC]:.3f}" in result.summary()
+    # each worker copies its own target once per period of the global update count it passes (500 updates):
+    # the worker whose update crosses a multiple copies then, so the copies summed are >= 2, and no worker
+    # copies twice for one multiple, so each worker's are <= 2; reported as the mean over the 2 workers
+    if result.status == "completed":
+        assert 1 <= final[TARGET_UPDATES] <= 2
     alone = train(small(writers=writers, num_workers=1))
     assert alone.final[LOST_UPDATES] == 0 and alone.final[RACED_WRITE_FRAC] == 0  # one writer: nothing to lose
+    assert alone.final[TARGET_UPDATES] == 1000 // 500  # one worker: exactly the single learner's count
 
 
 def test_naive_setups_refuse_replicas_and_serial_mode():
@@ -221,4 +228,5 @@ def test_an_a3c_run_takes_exactly_the_owed_updates_and_reports_stale_gradients(l
     result = train(small(writers="a3c"))
     final = result.final
     assert final[UPDATES] == 1000  # utd * (E - learning_starts), summed over the two workers' pushes
+    assert 1 <= final[TARGET_UPDATES] <= 2  # each worker's own target copies, the mean over the 2 (as above)
     assert f"stale_gradient_age_mean={final[STALE_GRADIENT_AGE_MEAN]:.1f}" in result.summary()

@@ -18,7 +18,7 @@ from dqnlab.engine.parts import EngineParts
 from dqnlab.engine.replay import GO, STOP, wait_backoff
 from dqnlab.engine.result import ReplicaResult, RunFailed, RunResult
 from dqnlab.engine.sampler import Sampler
-from dqnlab.engine.window import MetricsWindow
+from dqnlab.engine.window import MetricsWindow, WriterCounts
 from dqnlab.metrics import ENV_STEPS, UPDATES
 from dqnlab.signals import CaughtSignal, interrupts_recorded
 from dqnlab.threads import learner_cpu
@@ -132,10 +132,10 @@ class LearnerLoop:
     def read_shared_parameters(self) -> None:
         """Make the learner's network the parameters to evaluate and probe: it already is."""
 
-    def writer_counts(self) -> tuple[float, float, float]:
-        """``(lost updates, raced-write fraction, stale-gradient age)``: the single learner loses and races
-        nothing, and its gradients are computed at the parameters they update."""
-        return 0.0, 0.0, 0.0
+    def writer_counts(self) -> WriterCounts:
+        """The single learner loses and races nothing, and its gradients are computed at the parameters
+        they update; its target copies are its own count."""
+        return WriterCounts(0.0, 0.0, 0.0, float(self.parts.learner.target_updates))
 
     def _finish(self, status: str) -> str:
         """A last evaluation (unless one was just taken at this env step) and a last log point of every

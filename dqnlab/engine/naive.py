@@ -48,7 +48,9 @@ from dqnlab.engine.shared import SharedArena
 from dqnlab.engine.worker_process import run_worker_process
 
 # counters of the naive shared state
-CLAIMED, DONE, WRITES, RACED, IN_FLIGHT, STARTED, OVERWRITTEN, STALE_SUM, STALE_N = range(9)
+COUNTERS = ("claimed", "done", "writes", "raced", "in_flight", "started", "overwritten", "stale_sum", "stale_n",
+            "target_copies")  # fmt: skip
+CLAIMED, DONE, WRITES, RACED, IN_FLIGHT, STARTED, OVERWRITTEN, STALE_SUM, STALE_N, TARGET_COPIES = range(len(COUNTERS))
 
 
 class LineageBook:
@@ -92,7 +94,7 @@ class NaiveShared:
         self.lock = lock
         self._arena = arena
         arena.add("naive.params", num_params, np.float32)
-        arena.add("naive.counters", 9, np.int64)
+        arena.add("naive.counters", len(COUNTERS), np.int64)
         arena.add("naive.lineage", max(1, max_updates), np.bool_)  # which updates the shared vector contains
 
     def bind(self) -> None:
@@ -219,6 +221,8 @@ class WorkerUpdates:
         done = int(c[DONE])
         if self._target_due(done):
             update_target(self.target, self.net, 1.0)
+            with self.shared.lock:
+                c[TARGET_COPIES] += 1  # every worker's copies, summed (the loop reports the mean over workers)
 
     def _target_due(self, done: int) -> bool:
         """A hard copy of this worker's target is due: a multiple of the period was passed since its last

@@ -12,7 +12,8 @@ import torch
 
 from dqnlab.agent.networks import load_flat_
 from dqnlab.engine.loop import HOUSEKEEPING_S, LearnerLoop
-from dqnlab.engine.naive import DONE, RACED, STALE_N, STALE_SUM, WRITES, lost_updates
+from dqnlab.engine.naive import DONE, RACED, STALE_N, STALE_SUM, TARGET_COPIES, WRITES, lost_updates
+from dqnlab.engine.window import WriterCounts
 
 
 class NaiveLoop(LearnerLoop):
@@ -47,11 +48,12 @@ class NaiveLoop(LearnerLoop):
         naive.snapshot(flat)
         load_flat_(self.parts.learner.net, flat)
 
-    def writer_counts(self) -> tuple[float, float, float]:
+    def writer_counts(self) -> WriterCounts:
         naive = self.parts.naive
         with naive.lock:
             counts = naive.counters
             lost = lost_updates(naive.lineage, int(counts[DONE])) if self.parts.config.run.writers == "local_copies" else 0
             raced = float(counts[RACED]) / max(int(counts[WRITES]), 1)
             stale = float(counts[STALE_SUM]) / max(int(counts[STALE_N]), 1)
-        return float(lost), raced, stale
+            copies = float(counts[TARGET_COPIES]) / self.parts.config.env.num_workers
+        return WriterCounts(float(lost), raced, stale, copies)

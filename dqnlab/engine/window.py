@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -40,10 +41,20 @@ from dqnlab.metrics import (
 )
 
 
+class WriterCounts(NamedTuple):
+    """What whoever writes the parameters did so far (the single learner, or the naive workers)."""
+
+    lost_updates: float
+    raced_write_frac: float
+    stale_gradient_age_mean: float
+    target_updates: float
+    """The learner's target copies (or Polyak steps); naive workers each copy their own target: the mean
+    over workers."""
+
+
 class MetricsWindow:
-    def __init__(self, parts: EngineParts, writer_counts: Callable[[], tuple[float, float, float]]):
-        """``writer_counts()``: ``(lost updates, raced-write fraction, mean stale-gradient age)`` of whoever
-        writes the parameters."""
+    def __init__(self, parts: EngineParts, writer_counts: Callable[[], WriterCounts]):
+        """``writer_counts()``: the :class:`WriterCounts` of whoever writes the parameters."""
         self.parts = parts
         self.writer_counts = writer_counts
         self.lag = LagMeter(parts.config.run.replicas)
@@ -78,13 +89,13 @@ class MetricsWindow:
         for w in range(c.env.num_workers):
             shared[worker_share(w, "produced")] = produced[w] / max(produced.sum(), 1)
             shared[worker_share(w, "resident")] = resident[w] / max(resident.sum(), 1)
-        shared[TARGET_UPDATES] = learner.target_updates
+        writers = self.writer_counts()
+        shared[TARGET_UPDATES] = writers.target_updates
         shared[RESETS] = learner.resets
-        lost, raced, stale = self.writer_counts()
-        shared[LOST_UPDATES] = float(lost)
-        shared[LOST_UPDATE_FRAC] = lost / max(updates, 1)
-        shared[RACED_WRITE_FRAC] = raced
-        shared[STALE_GRADIENT_AGE_MEAN] = stale
+        shared[LOST_UPDATES] = float(writers.lost_updates)
+        shared[LOST_UPDATE_FRAC] = writers.lost_updates / max(updates, 1)
+        shared[RACED_WRITE_FRAC] = writers.raced_write_frac
+        shared[STALE_GRADIENT_AGE_MEAN] = writers.stale_gradient_age_mean
         lags = self.lag.pop()
         losses = learner.pop_mean_loss()
         episodes = replay.new_episodes() if read_episodes else []
