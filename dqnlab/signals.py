@@ -24,7 +24,8 @@ class CaughtSignal:
 @contextlib.contextmanager
 def interrupts_recorded() -> Iterator[CaughtSignal]:
     """Inside the block, SIGTERM (and SIGINT where Python's default handler has it) raise KeyboardInterrupt
-    and are recorded on the yielded :class:`CaughtSignal`, which the caller checks again at its own points.
+    once and are recorded on the yielded :class:`CaughtSignal`, which the caller checks again at its own
+    points; a later signal is not raised (the stop it would interrupt is bounded: actors are joined, then killed).
     Only the main thread can install handlers; elsewhere nothing is caught."""
     caught = CaughtSignal()
     if threading.current_thread() is not threading.main_thread():
@@ -32,6 +33,8 @@ def interrupts_recorded() -> Iterator[CaughtSignal]:
         return
 
     def handler(signum, frame):
+        if caught.signum is not None:  # already stopping: a Ctrl-C in a terminal also brings the SIGTERM a sweep
+            return  # forwards, and raising it again would cut the bounded stop and the run's last record short
         caught.signum = signum
         raise KeyboardInterrupt(signal.Signals(signum).name)
 

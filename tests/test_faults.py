@@ -304,6 +304,38 @@ def test_an_interrupt_whose_raise_is_swallowed_still_stops_a_run():
     assert seen[1] == "swallowed"
 
 
+def test_a_second_signal_while_a_run_stops_does_not_cut_its_last_record_short(monkeypatch):
+    """Ctrl-C in a terminal reaches a trial twice: SIGINT to the process group and the SIGTERM the sweep
+    forwards. The second landed while the first's stop joined the actors, so the run's last log point and
+    ``on_end("interrupted")`` were never written. Here the stop itself sends the second signal."""
+    from dqnlab.config import Config
+    from dqnlab.engine import train
+    from dqnlab.engine.workers import ActorPool
+
+    real_stop = ActorPool.stop
+
+    def stop_under_a_second_signal(pool):
+        os.kill(os.getpid(), signal.SIGTERM)
+        real_stop(pool)
+
+    monkeypatch.setattr(ActorPool, "stop", stop_under_a_second_signal)
+    ended = []
+
+    class InterruptsOnce:
+        def on_progress(self, *args):
+            if not ended:
+                ended.append("sent")
+                os.kill(os.getpid(), signal.SIGINT)
+
+        def on_end(self, result):
+            ended.append(result.status)
+
+    config = Config.from_flat(dict(total_env_steps=20_000, mode="serial", eval_every_steps=0))
+    with pytest.raises(KeyboardInterrupt):
+        train(config, [InterruptsOnce()])
+    assert ended == ["sent", "interrupted"]
+
+
 def test_an_interrupt_whose_raise_is_swallowed_still_stops_a_sweep(tmp_path, monkeypatch):
     """CPython only prints an exception raised inside a finalizer or weakref callback, and SQLAlchemy runs
     such callbacks inside the store's calls: a Ctrl-C landing there was lost and the sweep ran on (seen under
