@@ -133,6 +133,28 @@ def _take(worker, n: int) -> None:
         worker._update(worker._claim())
 
 
+def test_a_failed_naive_runs_last_log_point_does_not_wait_on_a_lock_a_killed_worker_held():
+    # a worker SIGKILLed (OOM, or the health check's kill of a hung one) while it held the naive lock never
+    # releases it; the failure path's last log point reads the shared state after every worker is stopped,
+    # and waited on that lock forever (the trial never ended, its heartbeat kept fresh)
+    import threading
+
+    from dqnlab.engine.naive_loop import NaiveLoop
+    from dqnlab.tracking.callbacks import CallbackList
+
+    _, parts = _naive_parts("local_copies")
+    loop = NaiveLoop(parts, CallbackList([]))
+    parts.pool.stop()
+    assert parts.naive.lock.acquire(timeout=1)  # the dead worker's hold: nobody releases it
+    read = []
+    reader = threading.Thread(target=lambda: read.append((loop.writer_counts(), loop.read_shared_parameters())),
+                              daemon=True)  # fmt: skip
+    reader.start()
+    reader.join(timeout=30)  # bounded: without the fix it never returns
+    parts.naive.lock.release()
+    assert read and read[0][0].lost_updates == 0 and read[0][0].target_updates == 0
+
+
 def test_a_local_copy_that_synced_builds_on_the_shared_lineage_and_one_that_did_not_overwrites_it():
     from dqnlab.engine.naive import DONE, OVERWRITTEN, WorkerUpdates
 

@@ -29,6 +29,7 @@ evaluates, logs and checks divergence, on the shared vector.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import time
@@ -101,10 +102,11 @@ class NaiveShared:
         a = self._arena.arrays
         self.params, self.counters, self.lineage = a["naive.params"], a["naive.counters"], a["naive.lineage"]
 
-    def snapshot(self, out: np.ndarray) -> None:
+    def snapshot(self, out: np.ndarray, locked: bool = True) -> None:
         """A whole copy of the shared vector (under the lock: local_copies writes are whole; hogwild
-        writes are not locked and a copy may catch one half done, as its own workers do)."""
-        with self.lock:
+        writes are not locked and a copy may catch one half done, as its own workers do). ``locked=False``
+        once no worker is alive (one killed may have died holding the lock)."""
+        with self.lock if locked else contextlib.nullcontext():
             out[:] = self.params
 
 

@@ -5,6 +5,7 @@ reports what the writers lost (``lost_updates``) or raced (``raced_write_frac``)
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import numpy as np
@@ -45,12 +46,17 @@ class NaiveLoop(LearnerLoop):
         have applied are the replay's counter, which they publish)."""
         naive = self.parts.naive
         flat = np.empty_like(naive.params)
-        naive.snapshot(flat)
+        naive.snapshot(flat, locked=self._writers_may_run())
         load_flat_(self.parts.learner.net, flat)
+
+    def _writers_may_run(self) -> bool:
+        """Whether a worker may still write: once the pool is stopped (a failure path's last log point) none
+        is alive, and one killed may have died holding the naive lock, so the shared state is read without it."""
+        return not self.parts.pool.stopped
 
     def writer_counts(self) -> WriterCounts:
         naive = self.parts.naive
-        with naive.lock:
+        with naive.lock if self._writers_may_run() else contextlib.nullcontext():
             counts = naive.counters
             lost = lost_updates(naive.lineage, int(counts[DONE])) if self.parts.config.run.writers == "local_copies" else 0
             raced = float(counts[RACED]) / max(int(counts[WRITES]), 1)
