@@ -214,3 +214,29 @@ def test_a_study_refuses_a_command_that_changes_a_field_one_variant_shares_or_ov
         _queued(tmp_path, SweepSpec("s", "terms", base, {"variant": ["plain"], "seed": [5]}, variants=variants))
     study = _queued(tmp_path, SweepSpec("s", "terms", base, {"variant": ["LayerNorm"], "seed": [20, 30]}, variants=variants))
     assert len(study.get_trials(deepcopy=False)) == 6  # the refused commands queued nothing; the grown grid did
+
+
+def test_a_study_deleted_and_created_again_runs_every_grid_point(leak_guard, tmp_path):
+    """Claims are kept by study name and trial number, and a study created again under a deleted one's name
+    numbers its trials from 0 again: the old claims made a new trial the duplicate of a trial that had not
+    run its point (pruned; its point then lost for good, exit 0 with the grid incomplete)."""
+    import dataclasses
+
+    import optuna
+    from optuna.trial import TrialState
+
+    from dqnlab.study.runner import run_sweep
+    from dqnlab.study.spec import SweepSpec
+    from dqnlab.study.storage import locations
+
+    spec = SweepSpec("claims", "claims-again", dict(total_env_steps=600, learning_starts=200, batch_size=32,
+                     probe_size=32, hidden_sizes=(16,), eval_every_steps=0, num_workers=1, mode="serial"),
+                     {"utd": [1.0, 2.0]})  # fmt: skip
+    loc = locations(tmp_path, None, None)
+    run_sweep(dataclasses.replace(spec, grid={"utd": [1.0]}), loc, quiet=True)  # trial 0 claims UTD 1
+    optuna.delete_study(study_name=spec.study_name, storage=loc.storage)
+    run_sweep(spec, loc, quiet=True)  # costliest first: trial 0 is UTD 2 now, trial 1 UTD 1
+    trials = optuna.load_study(study_name=spec.study_name, storage=loc.storage).get_trials(deepcopy=False)
+    assert sorted(t.state.name for t in trials) == ["COMPLETE", "COMPLETE"]
+    assert {t.user_attrs["grid_point"] for t in trials if t.state == TrialState.COMPLETE} == {
+        t.user_attrs["grid_point"] for t in trials}

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sqlalchemy import Column, Integer, MetaData, String, Table, and_, create_engine, select, update
+from sqlalchemy import Column, Integer, MetaData, String, Table, and_, create_engine, delete, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
@@ -74,3 +74,11 @@ def claim_grid_point(
         if moved == 1:
             return None
         # another trial took it over first: read the new owner and decide again
+
+
+def forget_claims(engine: Engine, study_name: str) -> int:
+    """Drop every claim under ``study_name``; returns how many. For the set-up of a study that has no trial
+    yet: claims under its name were left by a deleted study of that name, whose trial numbers the new
+    study reuses from 0, so they would make its trials duplicates of trials that never ran their points."""
+    with engine.begin() as conn:
+        return conn.execute(delete(CLAIMS).where(CLAIMS.c.study_name == study_name)).rowcount

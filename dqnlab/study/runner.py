@@ -325,6 +325,7 @@ def run_sweep(
     loc.results.mkdir(parents=True, exist_ok=True)
     import optuna
 
+    from dqnlab.study.claims import forget_claims
     from dqnlab.tracking.mlflow_runs import MlflowClient, get_or_create_experiment, get_or_create_parent, git_commit
     from dqnlab.tracking.ui import save_study_view
 
@@ -345,7 +346,10 @@ def run_sweep(
             raise
         except Exception as exc:  # sqlalchemy OperationalError, missing driver, ...
             raise SweepError(f"--storage: cannot open Optuna storage {without_password(loc.storage)!r}: {exc}") from None
-        claims_engine_for(loc.storage, create=True).dispose()  # before any worker process claims
+        claims = claims_engine_for(loc.storage, create=True)  # before any worker process claims
+        if not study.get_trials(deepcopy=False):  # a new study: a deleted one of its name may have left claims
+            forget_claims(claims, spec.study_name)
+        claims.dispose()
         optuna.storages.fail_stale_trials(study)
         mark_killed_runs(study, client, experiment_id, spec.study_name)
         top_up_queue(study, spec)
