@@ -389,3 +389,26 @@ def test_sigterm_to_a_multi_process_sweep_stops_every_process_and_a_rerun_comple
     rerun = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert [s for s, _ in _trial_attrs(tmp_path)].count("COMPLETE") == 2
+
+
+def test_an_mlflow_store_failure_is_not_reported_as_an_optuna_storage_failure():
+    # MLflow on SQLite raises MlflowException from SQLAlchemy's OperationalError: walking the cause chain
+    # past our TrackingError found it, and the sweep said "Optuna storage failed ... the trial stays RUNNING"
+    # where the trial was already marked FAIL with its reason
+    import optuna
+    from mlflow.exceptions import MlflowException
+    from sqlalchemy.exc import OperationalError
+
+    from dqnlab.study.storage import storage_failure
+    from dqnlab.tracking.mlflow_runs import TrackingError
+
+    def chained(*errors):
+        for outer, inner in zip(errors, errors[1:]):
+            outer.__cause__ = inner
+        return errors[0]
+
+    locked = OperationalError("INSERT ...", {}, Exception("database is locked"))
+    tracking = chained(TrackingError("MLflow tracking store failed"), MlflowException("store"), locked)
+    assert storage_failure(tracking) is None
+    optuna_side = chained(RuntimeError("while handling"), optuna.exceptions.StorageInternalError("x"), locked)
+    assert storage_failure(optuna_side) is locked

@@ -198,13 +198,19 @@ def setup_lock(loc: SweepLocations):
 
 
 def storage_failure(exc: BaseException) -> BaseException | None:
-    """The database error behind ``exc`` (Optuna may raise another error while handling it), or None."""
+    """The Optuna database error behind ``exc`` (Optuna may raise another error while handling it), or None.
+    An MLflow store's failure (a TrackingError, whose causes are SQLAlchemy's too when MLflow runs on SQLite)
+    is not Optuna's: None, and the trial it ended was already marked FAIL with its reason."""
     import optuna
     from sqlalchemy.exc import SQLAlchemyError
+
+    from dqnlab.tracking.mlflow_runs import TrackingError
 
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
+        if isinstance(exc, TrackingError):
+            return None
         if isinstance(exc, SQLAlchemyError | optuna.exceptions.StorageInternalError):
             inner = exc.__cause__
             return inner if isinstance(inner, SQLAlchemyError) else exc
