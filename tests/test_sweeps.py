@@ -520,3 +520,36 @@ def test_a_grid_grows_between_commands_and_a_changed_base_is_refused_by_name(tmp
     states = {json.loads(p): state for _, state, p in trial_rows(tmp_path) if state != "PRUNED"}
     assert states == {'{"utd": 1.0}': "COMPLETE", '{"utd": 4.0}': "COMPLETE", '{"utd": 8.0}': "COMPLETE",
                       '{"utd": 16.0}': "WAITING"}  # fmt: skip
+
+
+def test_an_interrupted_trials_buffered_metrics_are_kept_when_a_second_interrupt_cuts_its_record(tmp_path,
+                                                                                                 monkeypatch):
+    """An interrupted trial's log points still buffered in the sweep are flushed before the study's record
+    is written: a second Ctrl-C (or a store error) in that write lost them."""
+    import optuna
+
+    from dqnlab.engine import fresh_process as trial_process
+    from dqnlab.study.runner import run_sweep
+    from dqnlab.study.spec import SweepSpec
+    from dqnlab.study.storage import locations
+
+    def interrupted_after_one_log_point(request, callbacks, server=None):
+        callbacks[0].on_log(0, {M.ENV_STEPS: 100.0, M.TD_LOSS: 0.5})  # buffered, not yet sent
+        return trial_process.TrialOutcome(trial_process.Outcome.INTERRUPTED, None, "interrupted (SIGINT/SIGTERM)")
+
+    real_set = optuna.trial.Trial.set_user_attr
+
+    def second_interrupt_in_the_record(trial, key, value):
+        if (key, value) == ("status", "interrupted"):
+            raise KeyboardInterrupt("SIGINT")
+        real_set(trial, key, value)
+
+    monkeypatch.setattr(trial_process, "run_trial", interrupted_after_one_log_point)
+    monkeypatch.setattr(optuna.trial.Trial, "set_user_attr", second_interrupt_in_the_record)
+    spec = SweepSpec("flush", "flush-test", dict(total_env_steps=600, learning_starts=256, num_workers=1,
+                                                 mode="serial"), {"utd": [1.0]})  # fmt: skip
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(spec, locations(tmp_path, None, None), quiet=True)
+    client, exp = _client(tmp_path, "flush")
+    run = client.search_runs([exp.experiment_id], filter_string="tags.`dqnlab.role` = 'trial'")[0]
+    assert run.data.metrics[M.display_key(M.TD_LOSS)] == 0.5

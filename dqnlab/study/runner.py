@@ -252,24 +252,31 @@ def worker_loop(args: WorkerArgs, report=None) -> None:
                 trial.set_user_attr("seed_values", {str(s): v for s, v in zip(_seeds(config), values)})
                 trial.set_user_attr("seed_status", {str(r.seed): r.status for r in result.replicas})
                 return optuna_value(objective_value(result, spec.objective))
+        # the runs' buffered metrics are flushed before the study's record is written: a store error or a
+        # second Ctrl-C in that write (the gate is open here) then loses no metric
         if outcome.kind is Outcome.INTERRUPTED:
-            trial.set_user_attr("status", "interrupted")
-            if tracker is not None:
-                tracker.close_unended("interrupted")
+            try:
+                if tracker is not None:
+                    tracker.close_unended("interrupted")
+            finally:
+                trial.set_user_attr("status", "interrupted")
             raise KeyboardInterrupt(outcome.message)
         reason = outcome.message
         if outcome.kind is Outcome.CONFIG:
             reason = f"configuration refused on {socket.gethostname()}: {reason}"
-        _record_failure(trial, reason)
         if outcome.kind is Outcome.TRACKING:  # every later trial would fail the same way: the sweep stops
             if tracker is not None:
                 try:
                     tracker.close_unended("failed", reason)
                 except TrackingError:  # the store itself failed: the next sweep marks the runs killed
                     pass
+            _record_failure(trial, reason)
             raise TrackingError(outcome.message) from outcome.exception
-        if tracker is not None:
-            tracker.close_unended("failed", reason)  # the trial process could not close its runs
+        try:
+            if tracker is not None:
+                tracker.close_unended("failed", reason)  # the trial process could not close its runs
+        finally:
+            _record_failure(trial, reason)
         raise TrialFailed(reason)
 
     with gated_interrupts() as gate, TrialServer() as server:  # one engine import for all of this loop's trials
