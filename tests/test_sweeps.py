@@ -441,6 +441,11 @@ def test_a_dry_run_plans_each_cells_seeds_for_a_half_width_from_a_pilot_studys_r
             run = client.create_run(exp, tags={"dqnlab.study": "utd-pilot", "grid_point": key})
             client.log_metric(run.info.run_id, display_key(OBJECTIVE), float(v))
             client.set_terminated(run.info.run_id)
+    # seed 0 of UTD 1 run again by a later trial (its first record was cut short): counted once, the first
+    again = json.dumps({"seed": 0, "target_unit": "updates", "utd": 1.0})
+    run = client.create_run(exp, tags={"dqnlab.study": "utd-pilot", "grid_point": again, "trial_number": "9"})
+    client.log_metric(run.info.run_id, display_key(OBJECTIVE), 900.0)
+    client.set_terminated(run.info.run_id)
     argv = ["--results", str(tmp_path), "--axis", "utd=1,4", "--axis", "target_unit=updates", "--seeds", "8",
             "--dry-run", "--half-width", "25", "--pilot", "utd-pilot"]  # fmt: skip
     assert sweep_here("utd", argv) == 0

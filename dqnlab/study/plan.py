@@ -34,19 +34,28 @@ def cell_key(key: str) -> str:
 
 
 def pilot_values(tracking_uri: str, experiment: str, study: str) -> dict[str, list[float]]:
-    """The objective of every finished seed run of ``study`` (in the MLflow ``experiment``), by cell key."""
+    """The objective of every finished seed run of ``study`` (in the MLflow ``experiment``), by cell key; a
+    seed a grid point ran twice (rerun after its record was cut short) counts once, as ``analysis.load``
+    counts it: its finished run of the lowest trial number."""
     from dqnlab.tracking.mlflow_runs import MlflowClient
 
     client = MlflowClient(tracking_uri)
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         return {}
-    out: dict[str, list[float]] = {}
     name = display_key(OBJECTIVE)
+    best: dict[tuple[str, str | None], tuple[tuple[int, int], float]] = {}  # (grid point, seed) -> (order, value)
     for run in client.search_runs([exp.experiment_id], filter_string=f"tags.`dqnlab.study` = '{study}'"):
         key, value = run.data.tags.get("grid_point"), run.data.metrics.get(name)
-        if key is not None and value is not None and math.isfinite(value):
-            out.setdefault(cell_key(key), []).append(value)
+        if key is None or value is None or not math.isfinite(value):
+            continue
+        order = (int(run.info.status != "FINISHED"), int(run.data.tags.get("trial_number", -1)))
+        seed = (key, run.data.params.get("seed"))
+        if seed not in best or order < best[seed][0]:
+            best[seed] = (order, value)
+    out: dict[str, list[float]] = {}
+    for (key, _), (_, value) in best.items():
+        out.setdefault(cell_key(key), []).append(value)
     return out
 
 
