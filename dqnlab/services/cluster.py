@@ -21,7 +21,7 @@ from dqnlab.services.postgres import (
     stop_postgres,
     write_pgpass,
 )
-from dqnlab.services.processes import alive, dashboard_command, mlflow_server_command, spawn, stop_group, wait_http
+from dqnlab.services.processes import dashboard_command, group_alive, mlflow_server_command, spawn, stop_group, wait_http
 from dqnlab.services.state import (
     AUTH_FILE,
     LOOPBACK,
@@ -43,7 +43,7 @@ def up(state: ServicesState) -> ServicesState:
     (root / "mlartifacts").mkdir(exist_ok=True)
     previous = load_state(root)
     if previous is not None:
-        if any(alive(p) for p in previous.pids.values()):
+        if any(group_alive(p) for p in previous.pids.values()):  # a child may outlive its leader
             raise ServiceError(f"services under {root} are already running (pids {previous.pids}); "
                                f"run: python -m dqnlab.services down --root {root}")  # fmt: skip
         state.password = previous.password  # the database was initialised with it
@@ -88,7 +88,7 @@ def down(state: ServicesState) -> None:
     """Stop what ``up`` started, HTTP servers first; the data under the root stays."""
     for name in ("dashboard", "mlflow"):
         pid = state.pids.get(name)
-        if pid and alive(pid):
+        if pid and group_alive(pid):  # its leader may have exited and left a child serving (uvicorn)
             stop_group(pid)
     stop_postgres(state)
     state.pids = {}

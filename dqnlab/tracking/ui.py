@@ -160,13 +160,25 @@ def serve(cmd: list[str]) -> int:
     except KeyboardInterrupt:
         return 130
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
+        stop_server_group(proc)
+
+
+def stop_server_group(proc: subprocess.Popen) -> None:
+    """SIGTERM the server's whole process group, SIGKILL what is left after 15 s. The group is stopped even
+    when its leader exited first: ``mlflow server``'s uvicorn child would live on and keep the port."""
+    for sig, wait_s in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:  # nothing left in the group
+            return
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            proc.poll()  # reap the leader, which is our child
             try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
 
 
 def studies(tracking_uri: str) -> list[tuple[str, str]]:
