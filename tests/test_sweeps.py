@@ -558,3 +558,19 @@ def test_an_interrupted_trials_buffered_metrics_are_kept_when_a_second_interrupt
     client, exp = _client(tmp_path, "flush")
     run = client.search_runs([exp.experiment_id], filter_string="tags.`dqnlab.role` = 'trial'")[0]
     assert run.data.metrics[M.display_key(M.TD_LOSS)] == 0.5
+
+
+def test_the_summary_says_when_points_are_missing_because_trials_still_show_running(tmp_path):
+    # a rerun within --grace-s of a killed sweep finds its trial RUNNING, leaves it and ends with exit 0:
+    # the summary must say the grid is incomplete and why, not only print the states
+    from dqnlab.study.cli import format_summary
+    from dqnlab.study.spec import SweepSpec
+    from dqnlab.study.storage import locations
+
+    spec = SweepSpec("s", "s-test", {}, {"utd": [1.0, 4.0]})
+    summary = {"rows": [{"trial": 0, "status": "completed", "value": 1.0, "point": {"utd": 1.0}}], "cells": [],
+               "states": {"COMPLETE": 1, "RUNNING": 1}, "grid_size": 2, "experiment_id": "0"}  # fmt: skip
+    text = format_summary(summary, locations(tmp_path, None, None), spec)
+    assert "1 grid point(s) not complete; 1 trial(s) RUNNING" in text and "--grace-s" in text
+    summary.update(rows=summary["rows"] * 2, states={"COMPLETE": 2}, grid_size=2)
+    assert "not complete" not in format_summary(summary, locations(tmp_path, None, None), spec)

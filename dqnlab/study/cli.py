@@ -23,6 +23,10 @@ def format_summary(summary: dict[str, Any], loc: SweepLocations, spec: SweepSpec
              f"trial states {summary['states']}"]  # fmt: skip
     for r in summary["rows"]:
         lines.append(f"  trial {r['trial']:>3} {r['status']:<10} objective {r['value']:9.2f}  {r['point']}")
+    running, missing = summary["states"].get("RUNNING", 0), summary["grid_size"] - len(summary["rows"])
+    if missing and running:  # another sweep's, or left by a killed one whose heartbeat is not yet stale
+        lines.append(f"{missing} grid point(s) not complete; {running} trial(s) RUNNING in another sweep process, or "
+                     f"left by one that was killed: rerun once their heartbeat is older than --grace-s to retry them")
     if summary["cells"]:
         lines.append("cells (IQM of the objective over seeds; runs without a return are counted, not averaged):")
         for c in summary["cells"]:
