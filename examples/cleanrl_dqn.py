@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         obs = env.reset()[0] if terminated or truncated else next_obs
         if global_step > args.learning_starts and global_step % args.train_frequency == 0:
             idx = np.random.randint(0, size, args.batch_size)
-            audit.sampled(buf_tag[idx], updates, obs=buf_obs[idx])  # audit
+            audit.sampled(buf_tag[idx], updates, obs=buf_obs[idx], actions=buf_act[idx])  # audit
             with torch.no_grad():
                 target_max = target_network(torch.as_tensor(buf_next[idx])).max(dim=1).values
                 td_target = torch.as_tensor(buf_rew[idx]) + args.gamma * target_max * (1 - torch.as_tensor(buf_term[idx]))

@@ -26,9 +26,10 @@ def q_network() -> nn.Module:
     return nn.Sequential(nn.Linear(4, 64), nn.ReLU(), nn.Linear(64, 2))
 
 
-def actor(w: int, steps: int, sync_every: int, shared: torch.Tensor, version, lock, out: mp.Queue, folder: str) -> None:
+def actor(w: int, steps: int, sync_every: int, shared: torch.Tensor, version, lock, out: mp.Queue, folder: str,
+          learning_starts: int) -> None:  # fmt: skip
     torch.set_num_threads(1)
-    audit = Audit(folder)
+    audit = Audit(folder, learning_starts=learning_starts)  # the same run settings in every process
     rng = np.random.default_rng(w)
     net = q_network()
     env = gym.make("CartPole-v1")
@@ -68,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     ctx = mp.get_context("spawn")
     version, lock, inbox = ctx.Value("l", 0), ctx.Lock(), ctx.Queue()
     per_worker = args.steps // args.workers
-    procs = [ctx.Process(target=actor, args=(w, per_worker, args.sync_every, shared, version, lock, inbox, folder))
-             for w in range(args.workers)]  # fmt: skip
+    procs = [ctx.Process(target=actor, args=(w, per_worker, args.sync_every, shared, version, lock, inbox, folder,
+                                             args.learning_starts)) for w in range(args.workers)]  # fmt: skip
     for proc in procs:
         proc.start()
     audit = Audit(folder, learning_starts=args.learning_starts, q_fn=lambda o: net(torch.as_tensor(o)).detach().numpy())
@@ -94,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             idx = rng.integers(0, len(buf), 64)
             batch = [buf[i] for i in idx]
             o, a, r, o2, d = (torch.as_tensor(np.asarray([b[k] for b in batch]), dtype=torch.float32) for k in range(5))
-            audit.sampled(np.array([b[5] for b in batch]), updates, obs=o.numpy())
+            audit.sampled(np.array([b[5] for b in batch]), updates, obs=o.numpy(), actions=a.numpy())
             with torch.no_grad():
                 y = r + 0.99 * (1 - d) * target(o2).max(1).values
             loss = F.smooth_l1_loss(net(o).gather(1, a.long()[:, None]).squeeze(1), y)

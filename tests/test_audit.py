@@ -126,7 +126,7 @@ def test_the_report_reads_back_resident_shares_td_loss_and_q_on_current_data(tmp
     tags = np.array([audit.produced(w, 0, reward=1.0) for w in (0, 0, 0, 1)] * 25)
     audit.resident(tags)
     for _ in range(20):
-        audit.sampled(tags[:8], 5, obs=rng.standard_normal((8, 4)))
+        audit.sampled(tags[:8], 5, obs=rng.standard_normal((8, 4)), actions=rng.integers(0, 2, 8))
         audit.updated(0, td_loss=0.5)
     audit.flush()
     final = report(tmp_path).final
@@ -134,6 +134,23 @@ def test_the_report_reads_back_resident_shares_td_loss_and_q_on_current_data(tmp
     assert final[M.TD_LOSS] == 0.5 and final[M.Q_MAX] == 101.0
     assert final[M.SOFT_DIVERGENCE] == 0.0  # 101 sits on CartPole's bound 100: within 1.5x, not diverged
     assert 1 <= final[M.SRANK_CURRENT] <= 4
+
+
+def test_the_q_statistics_are_of_q_at_the_batchs_actions_as_the_metrics_define_them(tmp_path):
+    # Q(s, 0) = 10, Q(s, 1) = -50 on every state; the batch took action 0 only: q_max, q_min and q_mean are
+    # 10 (over every action q_min would read -50 and q_mean -20); max |Q| is over every action (50)
+    audit = Audit(tmp_path, q_fn=lambda obs: np.tile([10.0, -50.0], (len(obs), 1)), diag_every_updates=1)
+    tags = np.array([audit.produced(0, 0) for _ in range(8)])
+    audit.sampled(tags, 1, obs=np.zeros((8, 4)), actions=np.zeros(8, np.int64))
+    audit.updated(0)
+    final = report(tmp_path).final
+    assert final[M.Q_MAX] == final[M.Q_MIN] == final[M.Q_MEAN] == 10.0 and final[M.Q_ABS_MAX_CURRENT] == 50.0
+    without = Audit(tmp_path / "no-actions", q_fn=lambda obs: np.tile([10.0, -50.0], (len(obs), 1)),
+                    diag_every_updates=1)  # fmt: skip
+    without.sampled(np.array([without.produced(0, 0) for _ in range(8)]), 1, obs=np.zeros((8, 4)))
+    without.updated(0)
+    final = report(tmp_path / "no-actions").final
+    assert M.Q_MEAN not in final and final[M.Q_ABS_MAX_CURRENT] == 50.0  # Q(s,a) needs the actions
 
 
 def test_sampled_counts_and_lags_are_exact_across_pending_folds_and_oversized_batches(tmp_path):
@@ -278,6 +295,42 @@ def test_an_audit_handed_to_spawned_and_forked_processes_counts_each_transition_
     assert final[M.worker_share(1, "produced")] == pytest.approx(0.8)
     assert final[M.UPDATES] == 3 and final[M.worker_share(1, "sampled")] == pytest.approx(2 / 3)
     assert final[M.POLICY_LAG_RUN_MEAN] == pytest.approx(5 / 3)  # lags 1 (parent's batch) and 2, 2 (children's)
+
+
+def test_processes_that_never_close_their_audit_still_write_everything_when_they_exit(leak_guard, tmp_path):
+    """The buffered last second of a process that ends without close() (the spawned and forked children and
+    the parent here) is written at its exit: it was lost, and with it the realised UTD's env steps."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "spawning.py"
+    script.write_text(SPAWNING.replace("    audit.close()\n", ""))
+    assert "close" not in script.read_text()
+    res = subprocess.run([sys.executable, str(script), str(tmp_path / "audit")], capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    final = report(tmp_path / "audit").final
+    assert final[M.ENV_STEPS] == 25 and final[M.UPDATES] == 3
+
+
+def test_a_report_straight_after_the_loop_sees_what_this_process_still_buffers(tmp_path):
+    audit = Audit(tmp_path / "audit", flush_every_s=3600)
+    tags = [audit.produced(0, 0) for _ in range(100)]
+    audit.sampled(tags[:32], 1)
+    audit.updated(0)
+    final = report(tmp_path / "audit").final  # no flush or close before it
+    assert final[M.ENV_STEPS] == 100 and final[M.UPDATES] == 1
+
+
+def test_processes_given_different_run_settings_are_refused_by_name(tmp_path):
+    # an actor's Audit(folder) with the defaults beside the learner's Audit(folder, learning_starts=1000): the
+    # report took the first process's settings and printed the realised UTD of learning_starts 0
+    actor, learner = Audit(tmp_path / "audit"), Audit(tmp_path / "audit", learning_starts=1000)
+    actor.produced(0, 0)
+    learner.updated(0)
+    actor.close(), learner.close()
+    with pytest.raises(ValueError, match=r"Audit\(learning_starts=...\): .* different values \[0.0, 1000.0\]"):
+        report(tmp_path / "audit")
 
 
 def test_sampled_takes_any_array_like_of_tags_and_counts_it_as_the_int64_vector(tmp_path):

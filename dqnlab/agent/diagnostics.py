@@ -121,13 +121,18 @@ def overestimation(q_greedy: np.ndarray, rewards: np.ndarray, gamma: float, boot
     return float(np.mean(np.asarray(q_greedy, dtype=np.float64) - g))
 
 
-def batch_statistics(q, features=None) -> dict[str, float]:
-    """Q-value statistics of one batch, ``q`` (N, A): mean, max, min, 5/50/95% quantiles, max |Q|; with
-    the penultimate layer's ``features`` (N, d) also its srank and dormant fractions (tau 0 and 0.1).
-    Keys are the audit's diagnostic names (:data:`dqnlab.audit.events.DIAG_NAMES`)."""
+def batch_statistics(q, features=None, actions=None) -> dict[str, float]:
+    """Statistics of one batch's Q-values ``q`` (N, A): max |Q| over every action; with the batch's
+    ``actions`` (N,) the mean, max, min and 5/50/95% quantiles of Q(s,a) at them (the metrics' definition:
+    over every action they would be other numbers); with the penultimate layer's ``features`` (N, d) its
+    srank and dormant fractions (tau 0 and 0.1). Keys are the audit's diagnostic names
+    (:data:`dqnlab.audit.events.DIAG_NAMES`)."""
     q = np.asarray(q, dtype=np.float64)
-    values = {"q_mean": q.mean(), "q_max": q.max(), "q_min": q.min(), "q_abs_max_current": np.abs(q).max()}
-    values.update(zip(("q_p05", "q_p50", "q_p95"), np.quantile(q, [0.05, 0.5, 0.95])))
+    values = {"q_abs_max_current": np.abs(q).max()}
+    if actions is not None:
+        q_sa = q[np.arange(len(q)), np.asarray(actions, dtype=np.int64).ravel()]
+        values.update({"q_mean": q_sa.mean(), "q_max": q_sa.max(), "q_min": q_sa.min()})
+        values.update(zip(("q_p05", "q_p50", "q_p95"), np.quantile(q_sa, [0.05, 0.5, 0.95])))
     if features is not None:
         phi = np.asarray(features, dtype=np.float64)
         values["srank_current"] = srank(phi)

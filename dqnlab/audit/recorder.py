@@ -15,8 +15,10 @@ appended to the process's file at most every ``flush_every_s`` seconds, when a b
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import math
+import multiprocessing.util
 import numbers
 import os
 import random
@@ -69,6 +71,30 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def close_live(folder: str | Path | None = None) -> None:
+    """Close (flush) every Audit of this process (writing into ``folder``, if given): what a process
+    still buffers (up to ``flush_every_s`` of counts) is then in its file."""
+    for audit in list(_LIVE):
+        if audit._pid == os.getpid() and (folder is None or Path(folder).resolve() == audit.folder.resolve()):
+            with contextlib.suppress(Exception):  # at exit: one failing file must not keep the others unwritten
+                audit.close()
+
+
+# A process's buffered events are written when it exits normally: the main process (and a spawned child)
+# through atexit; a child forked by multiprocessing ends with os._exit, after its finalizers, so each such
+# child registers one (multiprocessing clears the finalizers a child inherits before its after-fork hooks).
+atexit.register(close_live)
+
+
+class _ExitFlushInForkedChildren:
+    def __call__(self, _=None) -> None:
+        multiprocessing.util.Finalize(None, close_live, exitpriority=100)
+
+
+_EXIT_FLUSH = _ExitFlushInForkedChildren()
+multiprocessing.util.register_after_fork(_EXIT_FLUSH, _ExitFlushInForkedChildren.__call__)
+
+
 class Audit:
     """Record one training run's events into ``folder`` (created; every process of the run opens the
     same folder with the same arguments; one folder holds one run: the report reads every event file in
@@ -76,7 +102,7 @@ class Audit:
 
     - actors: ``tag = audit.produced(worker, version, episode_end)`` (or :meth:`produced_batch` for a
       vector of envs); keep ``tag`` beside the transition in your buffer;
-    - learner: ``audit.sampled(batch_tags, version, obs=batch_obs)`` when a batch is drawn,
+    - learner: ``audit.sampled(batch_tags, version, obs=batch_obs, actions=batch_actions)`` when a batch is drawn,
       ``audit.updated(writer, td_loss)`` after each gradient update;
     - several writers: ``audit.synced(writer)`` after a copy takes the shared parameters,
       ``audit.wrote(writer)`` after it writes its whole copy back, or ``with audit.writing(writer):``
@@ -155,7 +181,7 @@ class Audit:
         self._last_flush = time.monotonic()
         self._calls = 0
         self._next_check = 64
-        self._obs = None
+        self._obs = self._actions = None
         # counted batches drawn by a per-process generator (seeded by the pid: a forked child draws its own)
         self._draw = random.Random(self._pid).random
         self._emit(CONFIG, -1, *self._config)
@@ -232,12 +258,13 @@ class Audit:
         return np.full(n, pack(worker, version), dtype=np.int64)
 
     # --- learner ---------------------------------------------------------------------------------
-    def sampled(self, tags, version: int, obs=None) -> None:
-        """A batch drawn for an update made by parameter ``version`` (its tags; ``obs``, its states, are
-        kept for the Q diagnostics)."""
+    def sampled(self, tags, version: int, obs=None, actions=None) -> None:
+        """A batch drawn for an update made by parameter ``version`` (its tags; ``obs``, its states, and
+        ``actions``, its actions, are kept for the Q diagnostics: max |Q| needs the states, the statistics
+        of Q(s,a) the actions too)."""
         if self.sampled_fraction < 1.0 and self._draw() >= self.sampled_fraction:  # not counted (see __init__)
             if obs is not None:
-                self._obs = obs
+                self._obs, self._actions = obs, actions
             return
         # copied, then counted many batches at a time (one set of numpy calls per fold, :meth:`_fold`)
         start = self._pending_n
@@ -252,7 +279,7 @@ class Audit:
                 self._pending_ends.append(end)
                 self._pending_versions.append(version)
         if obs is not None:
-            self._obs = obs
+            self._obs, self._actions = obs, actions
         self._calls += 1
         if self._calls >= self._next_check:
             self._tick(0)
@@ -381,7 +408,7 @@ class Audit:
         from dqnlab.agent.diagnostics import batch_statistics
 
         features = None if self.features_fn is None else self.features_fn(self._obs)
-        for name, v in batch_statistics(self.q_fn(self._obs), features).items():
+        for name, v in batch_statistics(self.q_fn(self._obs), features, self._actions).items():
             self._emit(DIAG, DIAG_NAMES.index(name), v)
 
     # --- writing out -------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ from dqnlab.audit.events import (
     WRITE_END,
     read_events,
 )
+from dqnlab.audit.recorder import close_live
 
 
 @dataclass
@@ -214,13 +215,28 @@ def _key(name: str) -> str:
         return f"audit/{name}"
 
 
+def _run_settings(cfg: np.ndarray) -> dict[str, float]:
+    """The run's gamma, reward bound and learning_starts, which every process's Audit was given; ValueError
+    naming the argument if the processes were given different values (a default in an actor's Audit and
+    the real value in the learner's would print a realised UTD or a soft-divergence bound of the wrong run)."""
+    settings = {"gamma": 0.99, "reward_bound": math.nan, "learning_starts": 0.0}
+    for name, column in zip(settings, ("a", "b", "c")):
+        values = {None if math.isnan(v) else float(v) for v in cfg[column]}  # None: not given (reward_bound)
+        if len(values) > 1:
+            given = sorted(values, key=lambda v: (v is None, v or 0.0))
+            raise ValueError(f"Audit({name}=...): the run's processes were given different values {given}; "
+                             f"allowed: one value, the same in every process's Audit(...)")  # fmt: skip
+        if values:
+            settings[name] = math.nan if None in values else values.pop()
+    return settings
+
+
 def report(folder: str | Path, every_updates: int | None = None) -> AuditReport:
-    """Reconstruct an audited run from its event files (see the module docstring)."""
+    """Reconstruct an audited run from its event files (see the module docstring). This process's own
+    Audits into ``folder`` are flushed first (a report straight after the loop sees all of it)."""
+    close_live(folder)
     events, source = _in_place_updates_at_their_writes(*read_events(folder))
-    config = {"gamma": 0.99, "reward_bound": math.nan, "learning_starts": 0.0}
-    cfg = events[events["kind"] == CONFIG]
-    if cfg.size:
-        config = {"gamma": float(cfg["a"][0]), "reward_bound": float(cfg["b"][0]), "learning_starts": float(cfg["c"][0])}
+    config = _run_settings(events[events["kind"] == CONFIG])
     sub = events["kind"] == SUBSAMPLED
     config["sampled_fraction"] = float(events["a"][sub].min()) if sub.any() else 1.0
     counted: dict[int, float] = {}  # process -> batches counted, its latest record

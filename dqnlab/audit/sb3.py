@@ -85,7 +85,7 @@ class AuditCallback(BaseCallback):
             tags = self.tags[batch_inds, env_indices]
             self.sampled_counts += np.bincount(worker_of(tags), minlength=rb.n_envs)[: rb.n_envs]
             # the states SB3 trains on (normalised, under VecNormalize), for the Q diagnostics
-            self.audit.sampled(tags, self.updates, obs=_as_numpy(out.observations))
+            self.audit.sampled(tags, self.updates, obs=_as_numpy(out.observations), actions=_as_numpy(out.actions))
             self.updates += 1  # DQN takes one batch per gradient step
             self.audit.updated(0)
             return out
