@@ -101,8 +101,9 @@ PARAM_NORM = _m("param_norm", "", "L2 norm of the online parameters", "q", "Q st
 TARGET_UPDATES = _m("target_updates", "count", "target-network updates so far (copies or Polyak steps; naive writers: "
                     "each worker copies its own target, the mean over workers)", "learner", "target update")  # fmt: skip
 RESETS = _m("resets", "count", "plasticity resets so far", "learner", "reset")
-LOST_UPDATES = _m("lost_updates", "updates", "updates whose effect a write by another worker replaced before any write "
-                  "built on them (local_copies; 0 for the single learner)", "learner", "lost update")  # fmt: skip
+LOST_UPDATES = _m("lost_updates", "updates", "updates applied whose effect the shared parameters do not hold: a write by "
+                  "another worker replaced them before any write built on them, or (the audit's last row) they were "
+                  "never written back (local_copies; 0 for the single learner)", "learner", "lost update")  # fmt: skip
 LOST_UPDATE_FRAC = _m("lost_update_frac", "fraction", "lost_updates / updates", "learner", "lost update")
 STALE_GRADIENT_AGE_MEAN = _m("stale_gradient_age_mean", "updates", "a3c: mean over pushed gradients of the shared "
                              "updates completed between the local copy's sync and the push's start (0 for the others; "
