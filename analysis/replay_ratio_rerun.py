@@ -16,6 +16,12 @@ bootstrap p-values, alpha 0.05; equivalence margin ``MARGIN`` of the env, TOST a
 A second family, soft divergence: the seeds whose max \\|Q\\| passed the env's bound at any check, target
 in env steps against in updates, at UTD 0.25 and 4 (Fisher's exact test, Holm-corrected).
 
+Declared on 2026-12-07, before its data: the RL Zoo CartPole base again at **100,000 env steps**
+(``--preset rerun_cartpole_100k``, study ``replay_ratio-rerun_cartpole_100k``), since at 50,000 its best cell
+(UTD 0.25, target in env steps) was still rising; the same two families, 232 seeds a cell (the 50k rerun as
+the pilot: its primary contrasts need 162-232 a cell for +-25). Its UTD-0.25 and UTD-1 cells may run first
+(the part ``-utd0.25_1``), the UTD-4 cells later; Holm counts the contrasts not run yet as p = 1.
+
 Contrasts are unpaired: a seed's runs in two cells share their initial weights and env seeds, but the
 trajectories part at the first update that differs, and no pairing was declared. The noise floor is
 UTD 1's two units (the same copy rate; the copies' phase differs by ``learning_starts mod period`` env
@@ -50,7 +56,8 @@ from dqnlab.statistics import bootstrap_ci, bootstrap_difference
 
 STUDIES = {"replay_ratio-rerun_cartpole": ("CartPole-v1", "RL Zoo base"),
            "replay_ratio-rerun_default": ("CartPole-v1", "dqnlab's default base (finding 1's)"),
-           "replay_ratio-rerun_acrobot": ("Acrobot-v1", "RL Zoo base")}  # fmt: skip
+           "replay_ratio-rerun_acrobot": ("Acrobot-v1", "RL Zoo base"),
+           "replay_ratio-rerun_cartpole_100k": ("CartPole-v1", "RL Zoo base, 100k env steps")}  # fmt: skip
 """Each rerun study's env and base."""
 PARTS = ("utd0.25_1", "utd1", "utd4", *(f"utd4-seeds{first}" for first in range(0, 170, 34)))
 """A rerun study may run as studies of its own, one per part (``--axis utd=... --study-name <study>-<part>``:
@@ -61,7 +68,7 @@ the cell pools its blocks' seeds). A results folder does not outlive the machine
 data do: Acrobot's UTD 4 (~5 h) runs as one part per block of 34 seeds (``-utd4-seeds0``, ``-seeds34``,
 ..., ``-seeds136``), each exported when its two trials end."""
 PLANNED_SEEDS = {"replay_ratio-rerun_cartpole": 110, "replay_ratio-rerun_default": 110,
-                 "replay_ratio-rerun_acrobot": 170}  # fmt: skip
+                 "replay_ratio-rerun_acrobot": 170, "replay_ratio-rerun_cartpole_100k": 232}  # fmt: skip
 """Seeds a cell, as the power table asked and the presets run (``sweeps/replay_ratio.py``'s ``RERUNS``; a test
 holds them equal). A cell with fewer so far (its blocks still running, part by part) is listed with its count
 and held out of the contrasts, the noise floor and the figure until its last block is in: no verdict or

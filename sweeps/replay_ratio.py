@@ -84,9 +84,13 @@ RERUNS = {
     "rerun_cartpole": dict(CARTPOLE, total_env_steps=50_000, eval_every_steps=2500, replicas=110),
     "rerun_default": dict(DEFAULT_BASE, total_env_steps=50_000, eval_every_steps=2500, replicas=110),  # no pilot
     "rerun_acrobot": dict(ACROBOT, total_env_steps=100_000, eval_every_steps=5000, replicas=170),
+    # declared 2026-12-07 before its data: at 50k env steps the RL Zoo base's best cell was still rising
+    "rerun_cartpole_100k": dict(CARTPOLE, total_env_steps=100_000, eval_every_steps=5000, replicas=232),
 }
 """Seeds: CartPole's primary contrasts need 40-110 a cell at +-25 (its power table), Acrobot's 117-170; the
-default base has no pilot at 50k and takes CartPole's largest."""
+default base has no pilot at 50k and takes CartPole's largest. The RL Zoo base at 100k env steps takes the
+50k rerun as its pilot: its primary contrasts need 162-232 a cell (``seeds_for_half_width`` of each
+contrast's two cells at +-25), so 232."""
 
 PRESETS = {
     "cartpole": {"base": CARTPOLE, "grid": GRID, "variants": VARIANTS, "jobs": 2},
