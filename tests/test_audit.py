@@ -313,6 +313,35 @@ def test_processes_that_never_close_their_audit_still_write_everything_when_they
     assert final[M.ENV_STEPS] == 25 and final[M.UPDATES] == 3
 
 
+def test_a_folder_an_earlier_run_left_is_refused_and_one_runs_ended_processes_are_not(leak_guard, tmp_path):
+    """The docs' example writes to a fixed folder: run twice (a shell gives each command line its own process
+    group), the second run's events were added to the first's, silently. A process of the same run (the same
+    group) that ended before another opens its Audit is not an earlier run."""
+    import subprocess
+    import sys
+
+    script, folder = tmp_path / "spawning.py", tmp_path / "audit"
+    script.write_text(SPAWNING)
+
+    def run(new_group: bool) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(script), str(folder)], capture_output=True, text=True, timeout=120,
+                              start_new_session=new_group)  # fmt: skip
+
+    assert run(new_group=True).returncode == 0
+    second = run(new_group=True)
+    assert second.returncode != 0 and "event file(s) of an earlier run" in second.stderr, second.stderr
+    with pytest.raises(ValueError, match=r"Audit\(.*\): the folder holds 3 event file\(s\) of an earlier run"):
+        Audit(folder)  # this process is in another group too
+    assert report(folder).final[M.ENV_STEPS] == 25  # the first run's alone
+
+    folder = tmp_path / "one_run"
+    assert run(new_group=False).returncode == 0  # this process's group: its processes have ended, the run goes on
+    audit = Audit(folder)
+    audit.produced(0, 0)
+    audit.close()
+    assert report(folder).final[M.ENV_STEPS] == 26
+
+
 def test_a_report_straight_after_the_loop_sees_what_this_process_still_buffers(tmp_path):
     audit = Audit(tmp_path / "audit", flush_every_s=3600)
     tags = [audit.produced(0, 0) for _ in range(100)]

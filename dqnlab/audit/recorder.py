@@ -22,6 +22,7 @@ import multiprocessing.util
 import numbers
 import os
 import random
+import re
 import time
 import uuid
 import weakref
@@ -86,6 +87,36 @@ def close_live(folder: str | Path | None = None) -> None:
 atexit.register(close_live)
 
 
+_FILE_NAME = re.compile(r"events-(\d+)-(?:g(\d+)-)?[0-9a-f]+\.bin")
+"""An event file's name: its process's id, that process's group (files written before 2026-12-07: none), a
+random suffix."""
+
+
+def files_of_an_earlier_run(folder: Path) -> list[Path]:
+    """The event files in ``folder`` if an earlier run left them, else []. A run's processes are alive while
+    it records, or share the group of the process that started them (forked, spawned and ``subprocess``
+    children stay in their parent's group; a shell gives each command line its own): files whose processes
+    have all ended, none in this process's group, are a finished run's. Two runs started one after the other
+    by one script share its group and are not told apart."""
+    files = sorted(folder.glob("events-*.bin"))
+    group = os.getpgid(0)
+    for path in files:
+        match = _FILE_NAME.fullmatch(path.name)
+        if match is None or match[2] is not None and int(match[2]) == group or _alive(int(match[1])):
+            return []
+    return files
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 class _ExitFlushInForkedChildren:
     def __call__(self, _=None) -> None:
         multiprocessing.util.Finalize(None, close_live, exitpriority=100)
@@ -98,7 +129,7 @@ multiprocessing.util.register_after_fork(_EXIT_FLUSH, _ExitFlushInForkedChildren
 class Audit:
     """Record one training run's events into ``folder`` (created; every process of the run opens the
     same folder with the same arguments; one folder holds one run: the report reads every event file in
-    it).
+    it, and a folder an earlier run left is refused, see :func:`files_of_an_earlier_run`).
 
     - actors: ``tag = audit.produced(worker, version, episode_end)`` (or :meth:`produced_batch` for a
       vector of envs); keep ``tag`` beside the transition in your buffer;
@@ -140,6 +171,12 @@ class Audit:
         self.sampled_fraction = float(sampled_fraction)
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
+        earlier = files_of_an_earlier_run(self.folder)
+        if earlier:
+            raise ValueError(f"Audit({str(folder)!r}): the folder holds {len(earlier)} event file(s) of an earlier run "
+                             "(events-*.bin: every process that wrote them has ended, none in this process's group); "
+                             "the report reads every event file in a folder, so one folder holds one run: give a "
+                             "fresh folder, or remove those files")  # fmt: skip
         self.q_fn, self.features_fn = q_fn, features_fn
         self.diag_every = max(1, int(diag_every_updates))
         self.flush_every_s = flush_every_s
@@ -152,7 +189,7 @@ class Audit:
     def _open(self) -> None:
         """A file and counters of this process's own (a forked child reopens as it starts)."""
         self._pid = os.getpid()
-        self._path = self.folder / f"events-{self._pid}-{uuid.uuid4().hex[:8]}.bin"
+        self._path = self.folder / f"events-{self._pid}-g{os.getpgid(0)}-{uuid.uuid4().hex[:8]}.bin"
         self._rows: list[float] = []  # events not yet written, 6 floats each (extend: ~0.15 us; a numpy row ~5)
         self._file = None  # opened at the first block written (unbuffered: a forked child writes nothing twice)
         # per-worker counters as Python lists: a list item costs ~30 ns, a numpy scalar ~100 ns and more
