@@ -41,6 +41,50 @@ def test_the_lineage_counts_an_overwrite_exactly_and_not_an_update_about_to_be_w
     assert book.lost == 1 and book.missing == 1
 
 
+class _LineageAsSets:
+    """The lineage by its definition: the set of update ids the shared parameters and each copy hold."""
+
+    def __init__(self, copy_writers: set):
+        self.copy_writers, self.shared, self.published, self.copies, self.applied = copy_writers, set(), set(), {}, 0
+
+    def update(self, writer, count: int) -> None:
+        ids = set(range(self.applied, self.applied + count))
+        self.applied += count
+        if writer in self.copy_writers:
+            self.copies.setdefault(writer, set()).update(ids)
+        else:
+            self.shared |= ids
+            self.published |= ids
+
+    def sync(self, writer) -> None:
+        self.copies[writer] = set(self.shared)
+
+    def write(self, writer) -> None:
+        self.shared = set(self.copies.get(writer, set()))
+        self.published |= self.shared
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_lineages_counts_equal_its_sets_of_update_ids_on_any_order_of_events(seed):
+    """Copies that read, update and write back in any order (one never read), beside in-place writers: the
+    counts the report keeps (O(1) an event) equal the sets they stand for (lost and missing at every event)."""
+    rng = np.random.default_rng(seed)
+    copy_writers = {0, 1, 2}
+    counts, sets = Lineage(copy_writers), _LineageAsSets(copy_writers)
+    for _ in range(600):
+        writer, action = int(rng.integers(5)), rng.choice(["update", "update", "sync", "write"])
+        if action == "update" or writer not in copy_writers:
+            count = int(rng.integers(1, 4))
+            counts.update(writer, count), sets.update(writer, count)
+        elif action == "sync" and writer != 2:  # writer 2 writes its copy back but never reads the shared one
+            counts.sync(writer), sets.sync(writer)
+        elif action == "write":
+            counts.write(writer), sets.write(writer)
+        assert counts.lost == len(sets.published - sets.shared)
+        assert counts.missing == sets.applied - len(sets.shared)
+    assert sets.published - sets.shared and sets.applied - len(sets.shared)  # the sequence lost updates
+
+
 def _instrument_engine(monkeypatch, audit: Audit):
     """Record the engine's own events into ``audit`` from inside it (replica 0): what it produced, what
     its learner sampled and applied, and (naive writers) every copy's read, update and write."""

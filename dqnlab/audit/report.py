@@ -66,46 +66,56 @@ class _State:
 
 
 class Lineage:
-    """Which updates the shared parameters hold (bit ``i``: update ``i``), given the writers that write
-    whole copies back (the others apply updates in place). A writer is any hashable key: the report keys
-    each by (process, writer id), as a copy lives in one process."""
+    """Which updates the shared parameters hold, given the writers that write whole copies back (the others
+    apply updates in place). A writer is any hashable key: the report keys each by (process, writer id), as
+    a copy lives in one process.
+
+    Counts, not sets, O(1) an event: a copy is the shared parameters at its last read (a set of earlier
+    updates, all of them published) plus its own updates since (new ids, disjoint from it; published only
+    by its own writes), so every size the counts need is a sum: the shared parameters hold ``base + own``
+    after a copy's write, ``+ count`` after in-place updates. (A set of update ids per copy, as a bitset,
+    made the report quadratic in the updates.) ``tests/test_audit.py`` holds it equal to the sets."""
 
     def __init__(self, copy_writers: set):
         self.copy_writers = copy_writers
-        self.shared = 0
-        self.copies: dict[int, int] = {}
-        self.published = 0
-        """Updates that reached the shared parameters at some point (written back, or applied in place)."""
         self.applied = 0
+        self.shared = 0
+        """Updates the shared parameters hold."""
+        self.published = 0
+        """Updates that reached the shared parameters at some point (written back, or applied in place):
+        a superset of those they hold."""
+        self._copies: dict = {}  # writer -> [updates its copy took at its last read, its own since, own published]
 
-    def update(self, writer: int, count: int = 1) -> None:
+    def update(self, writer, count: int = 1) -> None:
         """``count`` updates by ``writer``, in a row."""
-        bit = ((1 << count) - 1) << self.applied
         self.applied += count
         if writer in self.copy_writers:
-            self.copies[writer] = self.copies.get(writer, 0) | bit
+            self._copies.setdefault(writer, [0, 0, 0])[1] += count
         else:
-            self.shared |= bit
-            self.published |= bit
+            self.shared += count
+            self.published += count
 
-    def sync(self, writer: int) -> None:
-        self.copies[writer] = self.shared
+    def sync(self, writer) -> None:
+        self._copies[writer] = [self.shared, 0, 0]
 
-    def write(self, writer: int) -> None:
-        self.shared = self.copies.get(writer, 0)
-        self.published |= self.shared
+    def write(self, writer) -> None:
+        copy = self._copies.setdefault(writer, [0, 0, 0])  # a copy never read: its own updates alone
+        base, own, own_published = copy
+        self.shared = base + own
+        self.published += own - own_published
+        copy[2] = own
 
     @property
     def lost(self) -> int:
         """Updates that reached the shared parameters and were overwritten since (an update still only in
         a copy, about to be written, is not counted)."""
-        return (self.published & ~self.shared).bit_count()
+        return self.published - self.shared
 
     @property
     def missing(self) -> int:
         """Updates applied whose effect the shared parameters do not hold: at the end of a run, the exact
         lost count (what the final parameters lack)."""
-        return self.applied - self.shared.bit_count()
+        return self.applied - self.shared
 
 
 def _copy_writers(events: np.ndarray, source: np.ndarray) -> set[tuple[int, int]]:
