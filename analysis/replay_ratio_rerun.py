@@ -59,9 +59,9 @@ STUDIES = {"replay_ratio-rerun_cartpole": ("CartPole-v1", "RL Zoo base"),
            "replay_ratio-rerun_acrobot": ("Acrobot-v1", "RL Zoo base"),
            "replay_ratio-rerun_cartpole_100k": ("CartPole-v1", "RL Zoo base, 100k env steps")}  # fmt: skip
 """Each rerun study's env and base."""
-BLOCK_STARTS = sorted({*range(0, 170, 34), *range(0, 232, 58)})
+BLOCK_STARTS = sorted({*range(0, 170, 34), *range(0, 232, 29)})
 """The first seeds of the seed blocks a UTD-4 part runs as: Acrobot's 170 seeds in blocks of 34, CartPole's 232
-at 100k env steps in blocks of 58."""
+at 100k env steps in blocks of 29."""
 PARTS = ("utd0.25_1", "utd1", "utd4", *(f"utd4-seeds{first}" for first in BLOCK_STARTS))
 """A rerun study may run as studies of its own, one per part (``--axis utd=... --study-name <study>-<part>``:
 the same config and seeds per cell; the cheap cells first), read together while the full study is absent.
@@ -70,7 +70,8 @@ one sitting runs its cells as seed blocks (``--set replicas=K --axis seed=0,K,2K
 the cell pools its blocks' seeds). A results folder does not outlive the machine it ran on, its exported
 data do: Acrobot's UTD 4 (~5 h) runs as one part per block of 34 seeds (``-utd4-seeds0``, ``-seeds34``,
 ..., ``-seeds136``), each exported when its two trials end; CartPole's at 100k env steps (~4 h) as one part
-per block of 58 (``-utd4-seeds0``, ``-seeds58``, ``-seeds116``, ``-seeds174``)."""
+per block of 29 (``-utd4-seeds0``, ``-seeds29``, ..., ``-seeds203``: ~35 min each, a block fits beside a session's
+other work)."""
 PLANNED_SEEDS = {"replay_ratio-rerun_cartpole": 110, "replay_ratio-rerun_default": 110,
                  "replay_ratio-rerun_acrobot": 170, "replay_ratio-rerun_cartpole_100k": 232}  # fmt: skip
 """Seeds a cell, as the power table asked and the presets run (``sweeps/replay_ratio.py``'s ``RERUNS``; a test

@@ -311,9 +311,9 @@ def test_finding_4r_pools_a_cells_seed_blocks_from_its_parts_and_refuses_a_seed_
     assert len(runs) == len(hist) == 6
     blocks = part(f"{name}-utd4", [*range(0, 3), *range(6, 9)])  # seed blocks 0..2 and 6..8 of one cell
     assert sorted(by_study({f"{name}-utd4": blocks})[name][0]["seed"]) == [0, 1, 2, 6, 7, 8]
-    cartpole = "replay_ratio-rerun_cartpole_100k"  # its UTD-4 cells in blocks of 58, each a part of its own
-    blocks = {f"{cartpole}-utd4-seeds{k}": part(f"{cartpole}-utd4-seeds{k}", range(k, k + 2)) for k in (0, 58, 116, 174)}
-    assert sorted(by_study(blocks)[cartpole][0]["seed"]) == [0, 1, 58, 59, 116, 117, 174, 175]
+    cartpole = "replay_ratio-rerun_cartpole_100k"  # its UTD-4 cells in blocks of 29, each a part of its own
+    blocks = {f"{cartpole}-utd4-seeds{k}": part(f"{cartpole}-utd4-seeds{k}", range(k, k + 2)) for k in (0, 29, 58, 203)}
+    assert sorted(by_study(blocks)[cartpole][0]["seed"]) == [0, 1, 29, 30, 58, 59, 203, 204]
     lost = part(f"{name}-utd4", range(0, 3), outcome="failed")  # a trial lost before any seed ended: not run
     runs, hist = by_study({f"{name}-utd0.25_1": low, f"{name}-utd4": lost})[name]
     assert set(runs["utd"]) == {1.0} and len(hist) == 3
