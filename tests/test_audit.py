@@ -69,16 +69,16 @@ def test_the_lineages_counts_equal_its_sets_of_update_ids_on_any_order_of_events
     """Copies that read, update and write back in any order (one never read), beside in-place writers: the
     counts the report keeps (O(1) an event) equal the sets they stand for (lost and missing at every event)."""
     rng = np.random.default_rng(seed)
-    copy_writers = {0, 1, 2}
+    copy_writers = {(0, 0), (0, 1), (1, 0)}  # keyed by (process, writer id), as the report keys them
     counts, sets = Lineage(copy_writers), _LineageAsSets(copy_writers)
     for _ in range(600):
-        writer, action = int(rng.integers(5)), rng.choice(["update", "update", "sync", "write"])
-        if action == "update" or writer not in copy_writers:
+        writer, action = (int(rng.integers(3)), int(rng.integers(2))), rng.choice(["update", "update", "sync", "write"])
+        if action == "update":
             count = int(rng.integers(1, 4))
             counts.update(writer, count), sets.update(writer, count)
-        elif action == "sync" and writer != 2:  # writer 2 writes its copy back but never reads the shared one
-            counts.sync(writer), sets.sync(writer)
-        elif action == "write":
+        elif action == "sync" and writer != (1, 0):  # (1, 0) writes its copy back but never reads the shared one
+            counts.sync(writer), sets.sync(writer)  # an in-place writer's read changes nothing
+        elif action == "write" and writer in copy_writers:
             counts.write(writer), sets.write(writer)
         assert counts.lost == len(sets.published - sets.shared)
         assert counts.missing == sets.applied - len(sets.shared)
@@ -384,6 +384,21 @@ def test_a_folder_an_earlier_run_left_is_refused_and_one_runs_ended_processes_ar
     audit.produced(0, 0)
     audit.close()
     assert report(folder).final[M.ENV_STEPS] == 26
+
+
+def test_a_process_id_taken_again_does_not_pass_for_the_earlier_runs_process(tmp_path):
+    """Process ids are reused (32768 of them here): a file is a live process's only if the id's process started
+    when the file's did. An id no process can hold is an ended one, not an error."""
+    from dqnlab.audit.recorder import _start_time
+
+    folder, me = tmp_path / "audit", os.getpid()
+    folder.mkdir()
+    (folder / f"events-{me}.1-g1.1-00000000.bin").write_bytes(b"")  # this id, started at tick 1: another process
+    (folder / "events-99999999999.5-g99999999999.5-00000001.bin").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"holds 2 event file\(s\) of an earlier run"):
+        Audit(folder)
+    (folder / f"events-{me}.1-g1.1-00000000.bin").rename(folder / f"events-{me}.{_start_time(me)}-g1.1-00000000.bin")
+    Audit(folder).close()  # this process's own file: the run is alive
 
 
 def test_a_report_straight_after_the_loop_sees_what_this_process_still_buffers(tmp_path):

@@ -87,33 +87,58 @@ def close_live(folder: str | Path | None = None) -> None:
 atexit.register(close_live)
 
 
-_FILE_NAME = re.compile(r"events-(\d+)-(?:g(\d+)-)?[0-9a-f]+\.bin")
-"""An event file's name: its process's id, that process's group (files written before 2026-12-07: none), a
-random suffix."""
+_FILE_NAME = re.compile(r"events-(\d+)\.(\d+|x)-g(\d+)\.(\d+|x)-[0-9a-f]+\.bin")
+"""An event file's name: its process (id.start time) and that process's group (id.its leader's start time),
+then a random suffix. A start time (clock ticks since boot, ``/proc/<pid>/stat``; ``x`` where unknown) tells a
+process from a later one given the same id."""
+
+
+def _start_time(pid: int) -> str:
+    """``pid``'s start time in clock ticks since boot, or ``x`` (no such process, or no ``/proc``)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[19].decode()  # field 22; the name before it may hold ")"
+    except (OSError, IndexError):
+        return "x"
+
+
+def _file_name(pid: int) -> str:
+    group = os.getpgid(0)
+    return f"events-{pid}.{_start_time(pid)}-g{group}.{_start_time(group)}-{uuid.uuid4().hex[:8]}.bin"
 
 
 def files_of_an_earlier_run(folder: Path) -> list[Path]:
-    """The event files in ``folder`` if an earlier run left them, else []. A run's processes are alive while
-    it records, or share the group of the process that started them (forked, spawned and ``subprocess``
-    children stay in their parent's group; a shell gives each command line its own): files whose processes
-    have all ended, none in this process's group, are a finished run's. Two runs started one after the other
-    by one script share its group and are not told apart."""
+    """The event files in ``folder`` if an earlier run left them, else []: files whose processes have all ended,
+    none in this process's process group. A run's processes are alive while it records, or share the group of
+    the process that started them (multiprocessing's and ``subprocess``'s children stay in their parent's
+    group; an interactive shell gives each command line its own). Not told apart: runs one after the other
+    from one script (they share its group) or in one container whose first process is the run (group 1),
+    and runs at once. Refused although of one run: processes that each started a session of their own
+    (torchrun's workers) once all have ended, e.g. a restart: give it a fresh folder. A file named otherwise
+    (written before 2026-12-07) turns the check off."""
     files = sorted(folder.glob("events-*.bin"))
     group = os.getpgid(0)
+    mine = (str(group), _start_time(group))
     for path in files:
         match = _FILE_NAME.fullmatch(path.name)
-        if match is None or match[2] is not None and int(match[2]) == group or _alive(int(match[1])):
+        if match is None or (match[3], match[4]) == mine or _alive(int(match[1]), match[2]):
             return []
     return files
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+def _alive(pid: int, started: str) -> bool:
+    """Whether process ``pid``, started at ``started`` (``x``: unknown, any start), is still running."""
+    now = _start_time(pid)
+    if now != "x":
+        return started in (now, "x")
+    if os.path.exists("/proc/self/stat"):
         return False
-    except PermissionError:  # another user's process
+    try:  # no /proc: the kernel says whether the id is taken
+        os.kill(pid, 0)
+    except PermissionError:
         return True
+    except (OSError, OverflowError):
+        return False
     return True
 
 
@@ -189,7 +214,7 @@ class Audit:
     def _open(self) -> None:
         """A file and counters of this process's own (a forked child reopens as it starts)."""
         self._pid = os.getpid()
-        self._path = self.folder / f"events-{self._pid}-g{os.getpgid(0)}-{uuid.uuid4().hex[:8]}.bin"
+        self._path = self.folder / _file_name(self._pid)
         self._rows: list[float] = []  # events not yet written, 6 floats each (extend: ~0.15 us; a numpy row ~5)
         self._file = None  # opened at the first block written (unbuffered: a forked child writes nothing twice)
         # per-worker counters as Python lists: a list item costs ~30 ns, a numpy scalar ~100 ns and more
