@@ -418,6 +418,24 @@ def test_a_throughput_study_refuses_replicas_since_they_share_one_measurement(ca
     assert sweep_here("throughput", ["--axis", "seed=0,1", "--dry-run"]) == 0
 
 
+def test_a_dry_run_on_an_empty_store_creates_no_table_and_an_unreachable_one_is_named(tmp_path, capsys):
+    """A dry run reads only: opening an empty store through Optuna created its tables (an empty PostgreSQL
+    database, or here an empty SQLite file, the same code path). A store it cannot reach is bad input, named
+    without its password."""
+    import sqlite3
+
+    store = tmp_path / "optuna.db"
+    sqlite3.connect(store).close()  # an empty database file
+    assert sweep_here("utd", [*TINY, "--results", str(tmp_path), "--dry-run"]) == 0
+    assert "0 of them complete" in capsys.readouterr().out
+    with sqlite3.connect(store) as db:
+        assert db.execute("select name from sqlite_master").fetchall() == []
+    unreachable = "postgresql+psycopg2://dq:secret@127.0.0.1:1/studies"  # port 1: nothing listens
+    assert sweep_here("utd", [*TINY, "--results", str(tmp_path), "--storage", unreachable, "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "--storage: cannot open Optuna storage 'postgresql+psycopg2://dq:***@127.0.0.1:1/studies'" in err and "secret" not in err
+
+
 def test_a_dry_run_plans_each_cells_seeds_for_a_half_width_from_a_pilot_studys_runs(tmp_path, capsys):
     """``--dry-run --half-width H --pilot STUDY`` reads the pilot's seed runs by grid point (its seed axis
     or replicas, alike) and prints the seeds each cell needs, as :func:`seeds_for_half_width` gives them

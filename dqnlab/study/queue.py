@@ -68,11 +68,30 @@ def existing_study(spec: SweepSpec, storage_url: str):
 
     if storage_url.startswith("sqlite:///") and not Path(storage_url.removeprefix("sqlite:///")).exists():
         return None
+    if not _holds_optuna_tables(storage_url):  # Optuna's storage creates its tables as it opens a store
+        return None
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         return optuna.load_study(study_name=spec.study_name, storage=storage_url, sampler=queue_sampler())
     except KeyError:  # the store holds no such study
         return None
+
+
+def _holds_optuna_tables(storage_url: str) -> bool:
+    """Whether the database at ``storage_url`` has Optuna's tables (an empty PostgreSQL database or SQLite
+    file has none); reads only. A store it cannot reach raises :class:`SweepError`."""
+    import sqlalchemy
+
+    from dqnlab.study.storage import without_password
+
+    try:
+        engine = sqlalchemy.create_engine(storage_url)
+        try:
+            return sqlalchemy.inspect(engine).has_table("studies")
+        finally:
+            engine.dispose()
+    except Exception as exc:  # sqlalchemy OperationalError, missing driver, ...
+        raise SweepError(f"--storage: cannot open Optuna storage {without_password(storage_url)!r}: {exc}") from None
 
 
 def legacy_conflicts(study, spec: SweepSpec, recorded_params: Callable[[Any], dict[str, str] | None]) -> list[str]:
