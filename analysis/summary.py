@@ -135,13 +135,14 @@ HEADLINES = [
              "better", "CartPole-v1 and Acrobot-v1, 20k env steps, 10 seeds",
              "#4d-does-a-polyak-target-change-finding-4s-answer"),
     Headline("4r", "With seeds enough to tell, what does a higher UTD do on CartPole?",
-             "With the copy rate held, UTD 1 scored worse than 0.25 at 50k env steps on the RL Zoo base and UTD 4 "
-             "better than 1, still below 0.25: not a slope; on dqnlab's default base UTD 1 scored better than 0.25 "
+             "With the copy rate held, UTD 1 scored worse than 0.25 on the RL Zoo base at 50k env steps and again at "
+             "100k (0.25 peaked at 50k and fell back), and UTD 4 better than 1 at 50k, still below 0.25: not a slope; "
+             "on dqnlab's default base UTD 1 scored better than 0.25 "
              "(same AUC) and UTD 4 better than 1: the base sets the sign. With the period in updates UTD 4 "
              "scored worse than 1 on both bases and soft-diverged in 104 and 88 of 110 seeds.", "replay_ratio_rerun",
              contrast("rerun at power, replay_ratio-rerun_cartpole",
                       "final return, target in env steps: UTD 1 minus 0.25"), "worse",
-             "CartPole-v1, 50k env steps, 110 seeds",
+             "CartPole-v1, 50k env steps, 110 seeds (100k: 232)",
              "#4r-finding-4-at-power-what-does-a-higher-utd-do-with-seeds-enough-to-tell"),
     Headline("4r", "... and on Acrobot?",
              "With the copy rate held UTD 1 scored better than 0.25: it was at -88 by 40k env steps while 0.25 was "
