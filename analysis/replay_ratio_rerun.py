@@ -70,8 +70,8 @@ one sitting runs its cells as seed blocks (``--set replicas=K --axis seed=0,K,2K
 the cell pools its blocks' seeds). A results folder does not outlive the machine it ran on, its exported
 data do: Acrobot's UTD 4 (~5 h) runs as one part per block of 34 seeds (``-utd4-seeds0``, ``-seeds34``,
 ..., ``-seeds136``), each exported when its two trials end; CartPole's at 100k env steps (~4 h) as one part
-per block of 29 (``-utd4-seeds0``, ``-seeds29``, ..., ``-seeds203``: ~35 min each, a block fits beside a session's
-other work)."""
+per block of 29 (``-utd4-seeds0``, ``-seeds29``, ..., ``-seeds203``: 46 min for the first, a block fits beside a
+session's other work)."""
 PLANNED_SEEDS = {"replay_ratio-rerun_cartpole": 110, "replay_ratio-rerun_default": 110,
                  "replay_ratio-rerun_acrobot": 170, "replay_ratio-rerun_cartpole_100k": 232}  # fmt: skip
 """Seeds a cell, as the power table asked and the presets run (``sweeps/replay_ratio.py``'s ``RERUNS``; a test

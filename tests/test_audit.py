@@ -393,11 +393,13 @@ def test_a_process_id_taken_again_does_not_pass_for_the_earlier_runs_process(tmp
 
     folder, me = tmp_path / "audit", os.getpid()
     folder.mkdir()
-    (folder / f"events-{me}.1-g1.1-00000000.bin").write_bytes(b"")  # this id, started at tick 1: another process
+    # this id, started at tick 1: another process; in a group no process leads (group 1 may be this one's)
+    (folder / f"events-{me}.1-g99999999999.1-00000000.bin").write_bytes(b"")
     (folder / "events-99999999999.5-g99999999999.5-00000001.bin").write_bytes(b"")
     with pytest.raises(ValueError, match=r"holds 2 event file\(s\) of an earlier run"):
         Audit(folder)
-    (folder / f"events-{me}.1-g1.1-00000000.bin").rename(folder / f"events-{me}.{_start_time(me)}-g1.1-00000000.bin")
+    old = folder / f"events-{me}.1-g99999999999.1-00000000.bin"
+    old.rename(folder / f"events-{me}.{_start_time(me)}-g99999999999.1-00000000.bin")
     Audit(folder).close()  # this process's own file: the run is alive
 
 
