@@ -116,6 +116,63 @@ def test_a_point_queued_twice_by_the_stale_retry_race_runs_once(tmp_path, monkey
     assert trial_runs == []  # nothing ran the point a second time
 
 
+def test_a_trial_failed_as_stale_while_it_ran_is_superseded_by_its_retry_and_the_sweep_goes_on(tmp_path, monkeypatch):
+    """A live trial whose heartbeat stalls past --grace-s (a suspended laptop) is failed as stale by another
+    process, which re-enqueues its point; when it wakes and ends, Optuna refuses to tell it. The sweep goes
+    on, the stale trial's runs are closed as KILLED (metrics kept, tagged), the retry runs the point, and
+    each seed counts once, from the retry."""
+    import optuna
+    from optuna.trial import TrialState
+
+    import dqnlab.engine.fresh_process as fresh_process
+    from analysis.load import load_runs
+    from dqnlab.study.queue import open_study, top_up_queue
+    from dqnlab.study.runner import WorkerArgs, worker_loop
+    from dqnlab.study.spec import SweepSpec
+    from dqnlab.study.storage import claims_engine_for, locations, make_storage
+    from dqnlab.tracking.mlflow_runs import MlflowClient, get_or_create_experiment, get_or_create_parent
+
+    spec = SweepSpec("stale", "stale-test", dict(total_env_steps=600, learning_starts=200, batch_size=32, replicas=2,
+                           probe_size=32, hidden_sizes=(16,), eval_every_steps=300, num_workers=1, mode="serial"),
+                           {"utd": [1.0]})  # fmt: skip
+    loc = locations(tmp_path, None, None)
+    storage = make_storage(loc.storage, heartbeat_s=1, grace_s=60)
+    study = open_study(spec, storage)
+    top_up_queue(study, spec)
+    claims_engine_for(loc.storage, create=True).dispose()
+    real_run_trial, stalled = fresh_process.run_trial, []
+
+    def run_then_found_stale(request, callbacks, server):
+        outcome = real_run_trial(request, callbacks, server)
+        if not stalled:  # the first trial: another process sees its heartbeat stale and fails it (Optuna's path)
+            running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            stalled.extend(t.number for t in running)
+            monkeypatch.setattr(storage, "_get_stale_trial_ids", lambda study_id: [t._trial_id for t in running])
+            optuna.storages.fail_stale_trials(study)
+            monkeypatch.undo()
+            monkeypatch.setattr(fresh_process, "run_trial", run_then_found_stale)
+        return outcome
+
+    monkeypatch.setattr(fresh_process, "run_trial", run_then_found_stale)
+    client = MlflowClient(loc.tracking_uri)
+    experiment = get_or_create_experiment(client, spec.sweep, loc.artifacts)
+    parent = get_or_create_parent(client, experiment, spec.study_name, {})
+    worker_loop(WorkerArgs(spec, loc, experiment, parent, heartbeat_s=1, grace_s=60, quiet=True, total_points=1))
+
+    assert len(stalled) == 1
+    trials = study.get_trials(deepcopy=False)
+    stale, retry = trials[stalled[0]], next(t for t in trials if t.state == TrialState.COMPLETE)
+    assert stale.state == TrialState.FAIL and retry.user_attrs["grid_point"] == stale.user_attrs["grid_point"]
+    assert [t.state for t in trials].count(TrialState.COMPLETE) == 1
+    for run_id in stale.user_attrs["mlflow_run_ids"]:  # closed, its metrics kept, and said why
+        run = client.get_run(run_id)
+        assert run.info.status == "KILLED" and run.data.tags["status"] == "superseded" and run.data.metrics
+    runs = load_runs(loc.tracking_uri, spec.sweep, spec.study_name)
+    counted = runs[runs["outcome"] != "failed"]
+    assert sorted(counted["seed"]) == [0, 1]  # each seed once, from the retry's runs
+    assert set(counted["run_id"]) == set(retry.user_attrs["mlflow_run_ids"])
+
+
 def test_the_queue_holds_the_costliest_grid_points_first(tmp_path):
     # --jobs N pops the queue in order: long trials first, so the cheap ones fill the last gaps
     import json

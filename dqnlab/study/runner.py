@@ -19,7 +19,9 @@ never forked from this process, which runs Optuna's heartbeat thread.
 Resuming. Trials of a dead process stop beating; ``fail_stale_trials`` (heartbeat + grace period)
 fails them and ``RetryFailedTrialCallback`` re-enqueues their point; every invocation also
 re-enqueues points with no COMPLETE, WAITING or RUNNING trial (e.g. a crashed run). A rerun of a
-finished study adds nothing.
+finished study adds nothing. A trial failed as stale though its process lived (its heartbeat stalled past
+--grace-s: a suspended machine) may still end; Optuna cannot tell it, so its runs are closed as KILLED and
+tagged ``superseded`` and its point's result is the retry's: a point is then run twice, counted once.
 
 Objective (maximised, :mod:`dqnlab.objective`): ``eval`` = mean greedy eval return over the last
 quarter of the run's evaluations; ``throughput`` = env steps/s over the whole run. A hard-diverged
@@ -152,24 +154,51 @@ def worker_loop(args: WorkerArgs, report=None) -> None:
     def state_of(number: int) -> str:
         return next((t.state.name for t in study.get_trials(deepcopy=False) if t.number == number), "FAIL")
 
+    ran: dict[str, Any] = {}  # the trial this loop runs now: "trial", "run_ids", and "ended" once it ran to an end
+
     def objective(trial) -> float:
         key = trial.user_attrs.get("grid_point")
         if key is not None and key not in own_keys:  # queued by another command on this study (a wider grid):
             study.enqueue_trial({}, user_attrs={"grid_point": key})  # back in the queue for it, signals held
             raise optuna.TrialPruned(f"grid point {key} is not in this command's grid; left waiting for one that has it")
+        ran.clear()
+        ran.update(trial=trial, run_ids=[], ended=False)
         try:
             with gate.opened():  # an interrupt lands inside the trial, where it is recorded
-                return run_point(trial)
+                value = run_point(trial)
         except KeyboardInterrupt:
             trial.set_user_attr("status", "interrupted")  # also one held since Optuna made the trial RUNNING
             raise
+        except optuna.exceptions.UpdateFinishedTrialError:  # failed behind our back: see superseded()
+            ran["ended"] = True
+            raise
+        ran["ended"] = True
+        return value
+
+    def superseded() -> bool:
+        """Whether the trial just run was failed as stale while it ran (its heartbeat stalled past --grace-s:
+        a suspended laptop, a stopped process) and so could not be told. Only ``fail_stale_trials`` fails a
+        RUNNING trial whose objective ran to its end; the point was re-enqueued for another trial. Its runs
+        are closed as KILLED (tagged ``superseded``, metrics kept), so the point's result is the retry's and
+        no seed counts twice."""
+        trial = ran.get("trial")
+        if trial is None or not ran["ended"] or state_of(trial.number) != "FAIL":
+            return False
+        reason = (f"trial {trial.number} was failed as stale (no heartbeat for --grace-s {args.grace_s} s) while it "
+                  f"ran; its point was re-enqueued and its result is the retry's")  # fmt: skip
+        for run_id in ran["run_ids"]:
+            client.set_tag(run_id, "status", "superseded")
+            client.set_tag(run_id, "error", reason)
+            client.set_terminated(run_id, "KILLED")
+        print(f"dqnlab sweep: {reason}; its {len(ran['run_ids'])} MLflow run(s) closed as KILLED", flush=True)
+        return True
 
     def run_point(trial) -> float:
         """One trial in its phases: claim the grid point, start its runs, run it, record the outcome."""
         key, point, config = claim(trial)
         trial.set_user_attr("worker", worker)
         trial.set_user_attr("status", "running")
-        run_ids: list[str] = []  # the trial's MLflow runs, each added as soon as it exists
+        run_ids: list[str] = ran["run_ids"]  # the trial's MLflow runs, each added as soon as it exists
         tracker, outcome, started = None, None, False
         try:  # from here on, an interrupt anywhere is recorded and the trial's runs closed
             tracker = start_runs(trial, key, config, run_ids)
@@ -282,8 +311,13 @@ def worker_loop(args: WorkerArgs, report=None) -> None:
     with gated_interrupts() as gate, TrialServer() as server:  # one engine import for all of this loop's trials
         try:
             while own_keys & {t.user_attrs.get("grid_point") for t in study.get_trials(deepcopy=False, states=WAITING)}:
-                with gate.closed():  # Optuna makes the trial RUNNING and tells its end with signals held
-                    study.optimize(objective, n_trials=1, catch=(TrialFailed,), gc_after_trial=False)
+                ran.clear()
+                try:
+                    with gate.closed():  # Optuna makes the trial RUNNING and tells its end with signals held
+                        study.optimize(objective, n_trials=1, catch=(TrialFailed,), gc_after_trial=False)
+                except Exception:
+                    if not superseded():  # Optuna refuses to tell a trial failed as stale: the sweep goes on
+                        raise
                 gate.check()  # one swallowed after the trial ran (its record is kept) stops the sweep here
         except Exception as exc:
             cause = storage_failure(exc)
