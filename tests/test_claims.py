@@ -116,16 +116,15 @@ def test_a_point_queued_twice_by_the_stale_retry_race_runs_once(tmp_path, monkey
     assert trial_runs == []  # nothing ran the point a second time
 
 
-def test_a_trial_failed_as_stale_while_it_ran_is_superseded_by_its_retry_and_the_sweep_goes_on(tmp_path, monkeypatch):
-    """A live trial whose heartbeat stalls past --grace-s (a suspended laptop) is failed as stale by another
-    process, which re-enqueues its point; when it wakes and ends, Optuna refuses to tell it. The sweep goes
-    on, the stale trial's runs are closed as KILLED (metrics kept, tagged), the retry runs the point, and
-    each seed counts once, from the retry."""
+def _sweep_whose_first_trial_is_failed_as_stale(tmp_path, monkeypatch, interrupted: bool):
+    """A one-point study (2 replicas) whose first trial another process fails as stale while it runs (its
+    heartbeat stalled past --grace-s, e.g. a suspended laptop: Optuna's own ``fail_stale_trials``, which
+    re-enqueues the point), then ends: normally, or interrupted by Ctrl-C (not run). Returns what
+    ``worker_loop`` raised (or None), the study, the stale trial's number, the MLflow client and locations."""
     import optuna
     from optuna.trial import TrialState
 
     import dqnlab.engine.fresh_process as fresh_process
-    from analysis.load import load_runs
     from dqnlab.study.queue import open_study, top_up_queue
     from dqnlab.study.runner import WorkerArgs, worker_loop
     from dqnlab.study.spec import SweepSpec
@@ -143,25 +142,43 @@ def test_a_trial_failed_as_stale_while_it_ran_is_superseded_by_its_retry_and_the
     real_run_trial, stalled = fresh_process.run_trial, []
 
     def run_then_found_stale(request, callbacks, server):
-        outcome = real_run_trial(request, callbacks, server)
-        if not stalled:  # the first trial: another process sees its heartbeat stale and fails it (Optuna's path)
-            running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-            stalled.extend(t.number for t in running)
-            monkeypatch.setattr(storage, "_get_stale_trial_ids", lambda study_id: [t._trial_id for t in running])
+        if stalled:  # the retry runs as usual
+            return real_run_trial(request, callbacks, server)
+        outcome = (fresh_process.TrialOutcome(fresh_process.Outcome.INTERRUPTED, None, "interrupted (SIGINT/SIGTERM)")
+                   if interrupted else real_run_trial(request, callbacks, server))  # fmt: skip
+        running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        stalled.extend(t.number for t in running)
+        with monkeypatch.context() as m:  # its heartbeat read as stale by another process
+            m.setattr(storage, "_get_stale_trial_ids", lambda study_id: [t._trial_id for t in running])
             optuna.storages.fail_stale_trials(study)
-            monkeypatch.undo()
-            monkeypatch.setattr(fresh_process, "run_trial", run_then_found_stale)
         return outcome
 
     monkeypatch.setattr(fresh_process, "run_trial", run_then_found_stale)
     client = MlflowClient(loc.tracking_uri)
     experiment = get_or_create_experiment(client, spec.sweep, loc.artifacts)
     parent = get_or_create_parent(client, experiment, spec.study_name, {})
-    worker_loop(WorkerArgs(spec, loc, experiment, parent, heartbeat_s=1, grace_s=60, quiet=True, total_points=1))
-
+    raised = None
+    try:
+        worker_loop(WorkerArgs(spec, loc, experiment, parent, heartbeat_s=1, grace_s=60, quiet=True, total_points=1))
+    except BaseException as exc:  # noqa: BLE001 - the test asserts which one
+        raised = exc
     assert len(stalled) == 1
+    return raised, study, stalled[0], client, loc, spec
+
+
+def test_a_trial_failed_as_stale_while_it_ran_is_superseded_by_its_retry_and_the_sweep_goes_on(tmp_path, monkeypatch):
+    """When the stale trial wakes and ends, Optuna refuses to tell it: the sweep goes on, the stale trial's
+    runs are closed as KILLED (metrics kept, tagged), the retry runs the point, and each seed counts once,
+    from the retry."""
+    from optuna.trial import TrialState
+
+    from analysis.load import load_runs
+
+    raised, study, stale_number, client, loc, spec = _sweep_whose_first_trial_is_failed_as_stale(
+        tmp_path, monkeypatch, interrupted=False)  # fmt: skip
+    assert raised is None
     trials = study.get_trials(deepcopy=False)
-    stale, retry = trials[stalled[0]], next(t for t in trials if t.state == TrialState.COMPLETE)
+    stale, retry = trials[stale_number], next(t for t in trials if t.state == TrialState.COMPLETE)
     assert stale.state == TrialState.FAIL and retry.user_attrs["grid_point"] == stale.user_attrs["grid_point"]
     assert [t.state for t in trials].count(TrialState.COMPLETE) == 1
     for run_id in stale.user_attrs["mlflow_run_ids"]:  # closed, its metrics kept, and said why
@@ -171,6 +188,21 @@ def test_a_trial_failed_as_stale_while_it_ran_is_superseded_by_its_retry_and_the
     counted = runs[runs["outcome"] != "failed"]
     assert sorted(counted["seed"]) == [0, 1]  # each seed once, from the retry's runs
     assert set(counted["run_id"]) == set(retry.user_attrs["mlflow_run_ids"])
+
+
+def test_a_trial_failed_as_stale_and_then_interrupted_stops_the_sweep_as_ctrl_c_asks(tmp_path, monkeypatch):
+    """Ctrl-C during a trial already failed as stale: Optuna cannot record the interrupt on the trial, but
+    the sweep still stops with KeyboardInterrupt (exit 130), the retry not started, the runs closed."""
+    from optuna.trial import TrialState
+
+    raised, study, stale_number, client, _, _ = _sweep_whose_first_trial_is_failed_as_stale(
+        tmp_path, monkeypatch, interrupted=True)  # fmt: skip
+    assert isinstance(raised, KeyboardInterrupt), repr(raised)
+    trials = study.get_trials(deepcopy=False)
+    assert trials[stale_number].state == TrialState.FAIL
+    assert [t.state for t in trials if t.number != stale_number] == [TrialState.WAITING]  # the retry, not run
+    for run_id in trials[stale_number].user_attrs["mlflow_run_ids"]:
+        assert client.get_run(run_id).info.status == "KILLED"
 
 
 def test_the_queue_holds_the_costliest_grid_points_first(tmp_path):

@@ -154,22 +154,25 @@ def worker_loop(args: WorkerArgs, report=None) -> None:
     def state_of(number: int) -> str:
         return next((t.state.name for t in study.get_trials(deepcopy=False) if t.number == number), "FAIL")
 
-    ran: dict[str, Any] = {}  # the trial this loop runs now: "trial", "run_ids", and "ended" once it ran to an end
+    ran: dict[str, Any] = {}  # the trial this loop runs now: its runs; "ended" once it ran to an end; "interrupted"
 
     def objective(trial) -> float:
         key = trial.user_attrs.get("grid_point")
         if key is not None and key not in own_keys:  # queued by another command on this study (a wider grid):
             study.enqueue_trial({}, user_attrs={"grid_point": key})  # back in the queue for it, signals held
             raise optuna.TrialPruned(f"grid point {key} is not in this command's grid; left waiting for one that has it")
-        ran.clear()
-        ran.update(trial=trial, run_ids=[], ended=False)
+        ran.update(trial=trial, run_ids=[], ended=False, interrupted=False)
         try:
             with gate.opened():  # an interrupt lands inside the trial, where it is recorded
                 value = run_point(trial)
         except KeyboardInterrupt:
-            trial.set_user_attr("status", "interrupted")  # also one held since Optuna made the trial RUNNING
+            ran["interrupted"] = True
+            try:
+                trial.set_user_attr("status", "interrupted")  # also one held since Optuna made the trial RUNNING
+            except optuna.exceptions.UpdateFinishedTrialError:
+                ran["ended"] = True  # failed as stale meanwhile: see superseded()
             raise
-        except optuna.exceptions.UpdateFinishedTrialError:  # failed behind our back: see superseded()
+        except optuna.exceptions.UpdateFinishedTrialError:  # failed as stale while it ran: see superseded()
             ran["ended"] = True
             raise
         ran["ended"] = True
@@ -178,18 +181,22 @@ def worker_loop(args: WorkerArgs, report=None) -> None:
     def superseded() -> bool:
         """Whether the trial just run was failed as stale while it ran (its heartbeat stalled past --grace-s:
         a suspended laptop, a stopped process) and so could not be told. Only ``fail_stale_trials`` fails a
-        RUNNING trial whose objective ran to its end; the point was re-enqueued for another trial. Its runs
-        are closed as KILLED (tagged ``superseded``, metrics kept), so the point's result is the retry's and
-        no seed counts twice."""
+        RUNNING trial whose objective ran to its end; its point is rerun by a retry (or the next invocation).
+        Its runs are closed as KILLED (tagged ``superseded``, metrics kept), so no seed counts twice and the
+        point's result is the rerun's."""
         trial = ran.get("trial")
         if trial is None or not ran["ended"] or state_of(trial.number) != "FAIL":
             return False
         reason = (f"trial {trial.number} was failed as stale (no heartbeat for --grace-s {args.grace_s} s) while it "
-                  f"ran; its point was re-enqueued and its result is the retry's")  # fmt: skip
-        for run_id in ran["run_ids"]:
-            client.set_tag(run_id, "status", "superseded")
-            client.set_tag(run_id, "error", reason)
-            client.set_terminated(run_id, "KILLED")
+                  f"ran; its point is rerun by another trial, whose result counts")  # fmt: skip
+        try:
+            for run_id in ran["run_ids"]:
+                client.set_tag(run_id, "status", "superseded")
+                client.set_tag(run_id, "error", reason)
+                client.set_terminated(run_id, "KILLED")
+        except Exception as exc:  # the store failed: every later trial would too
+            raise TrackingError(f"MLflow tracking store failed closing superseded trial {trial.number}'s runs "
+                                f"({type(exc).__name__}: {exc})") from exc  # fmt: skip
         print(f"dqnlab sweep: {reason}; its {len(ran['run_ids'])} MLflow run(s) closed as KILLED", flush=True)
         return True
 
@@ -284,6 +291,7 @@ def worker_loop(args: WorkerArgs, report=None) -> None:
         # the runs' buffered metrics are flushed before the study's record is written: a store error or a
         # second Ctrl-C in that write (the gate is open here) then loses no metric
         if outcome.kind is Outcome.INTERRUPTED:
+            ran["interrupted"] = True  # kept, should the trial turn out failed as stale: see superseded()
             try:
                 if tracker is not None:
                     tracker.close_unended("interrupted")
@@ -318,6 +326,8 @@ def worker_loop(args: WorkerArgs, report=None) -> None:
                 except Exception:
                     if not superseded():  # Optuna refuses to tell a trial failed as stale: the sweep goes on
                         raise
+                    if ran["interrupted"]:  # unless it was interrupted: the sweep stops as Ctrl-C asked
+                        raise KeyboardInterrupt("interrupted (SIGINT/SIGTERM)") from None
                 gate.check()  # one swallowed after the trial ran (its record is kept) stops the sweep here
         except Exception as exc:
             cause = storage_failure(exc)
