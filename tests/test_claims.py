@@ -62,6 +62,34 @@ def test_simultaneous_claims_from_many_processes_grant_exactly_one(leak_guard, t
     assert sum(results) == 1, list(results)
 
 
+def _one_point_study(tmp_path, grace_s: int, **config):
+    """A queued one-point study (UTD 1, a tiny serial CartPole run): its spec, locations, storage, study."""
+    from dqnlab.study.queue import open_study, top_up_queue
+    from dqnlab.study.spec import SweepSpec
+    from dqnlab.study.storage import locations, make_storage
+
+    base = dict(total_env_steps=600, learning_starts=200, batch_size=32, probe_size=32, hidden_sizes=(16,),
+                eval_every_steps=0, num_workers=1, mode="serial")  # fmt: skip
+    spec = SweepSpec("claims", "claims-test", {**base, **config}, {"utd": [1.0]})
+    loc = locations(tmp_path, None, None)
+    storage = make_storage(loc.storage, heartbeat_s=1, grace_s=grace_s)
+    study = open_study(spec, storage)
+    top_up_queue(study, spec)
+    return spec, loc, storage, study
+
+
+def _worker_args(spec, loc):
+    """A worker's arguments for ``spec`` (grace 60 s: no trial of the test turns stale by itself) and its
+    MLflow client."""
+    from dqnlab.study.runner import WorkerArgs
+    from dqnlab.tracking.mlflow_runs import MlflowClient, get_or_create_experiment, get_or_create_parent
+
+    client = MlflowClient(loc.tracking_uri)
+    experiment = get_or_create_experiment(client, spec.sweep, loc.artifacts)
+    parent = get_or_create_parent(client, experiment, spec.study_name, {})
+    return WorkerArgs(spec, loc, experiment, parent, heartbeat_s=1, grace_s=60, quiet=True, total_points=1), client
+
+
 def test_a_point_queued_twice_by_the_stale_retry_race_runs_once(tmp_path, monkeypatch):
     """The race of the issue, forced: a stale trial is failed, another process tops up the queue before
     Optuna's retry callback re-enqueues the point, so the point waits twice; the copy that is popped
@@ -69,19 +97,11 @@ def test_a_point_queued_twice_by_the_stale_retry_race_runs_once(tmp_path, monkey
     import optuna
     from optuna.trial import TrialState
 
-    from dqnlab.study.queue import open_study, top_up_queue
-    from dqnlab.study.runner import WorkerArgs, worker_loop
-    from dqnlab.study.spec import SweepSpec
-    from dqnlab.study.storage import claims_engine_for, locations, make_storage
-    from dqnlab.tracking.mlflow_runs import MlflowClient, get_or_create_experiment, get_or_create_parent
+    from dqnlab.study.queue import top_up_queue
+    from dqnlab.study.runner import worker_loop
+    from dqnlab.study.storage import claims_engine_for
 
-    spec = SweepSpec("claims", "claims-test", dict(total_env_steps=600, learning_starts=200, batch_size=32,
-                           probe_size=32, hidden_sizes=(16,), eval_every_steps=0, num_workers=1, mode="serial"),
-                           {"utd": [1.0]})  # fmt: skip
-    loc = locations(tmp_path, None, None)
-    storage = make_storage(loc.storage, heartbeat_s=1, grace_s=1)
-    study = open_study(spec, storage)
-    top_up_queue(study, spec)
+    spec, loc, storage, study = _one_point_study(tmp_path, grace_s=1)
     stale = study.ask()  # popped by a process that then dies: RUNNING, heartbeat recorded once
     storage.record_heartbeat(stale._trial_id)
     time.sleep(2.5)
@@ -105,14 +125,11 @@ def test_a_point_queued_twice_by_the_stale_retry_race_runs_once(tmp_path, monkey
     eng.dispose()
 
     # this process now pops the other copy: it must be pruned as a duplicate, and run nothing
-    client = MlflowClient(loc.tracking_uri)
-    experiment = get_or_create_experiment(client, spec.sweep, loc.artifacts)
-    parent = get_or_create_parent(client, experiment, spec.study_name, {})
-    args = WorkerArgs(spec, loc, experiment, parent, heartbeat_s=1, grace_s=60, quiet=True, total_points=1)
+    args, client = _worker_args(spec, loc)
     worker_loop(args)
     first = study.get_trials(deepcopy=False)[min(waiting, key=lambda t: t.number).number]
     assert first.state == TrialState.PRUNED and first.user_attrs["duplicate_of"] == second.number
-    trial_runs = client.search_runs([experiment], filter_string="tags.`dqnlab.role` = 'trial'")
+    trial_runs = client.search_runs([args.experiment_id], filter_string="tags.`dqnlab.role` = 'trial'")
     assert trial_runs == []  # nothing ran the point a second time
 
 
@@ -125,19 +142,10 @@ def _sweep_whose_first_trial_is_failed_as_stale(tmp_path, monkeypatch, interrupt
     from optuna.trial import TrialState
 
     import dqnlab.engine.fresh_process as fresh_process
-    from dqnlab.study.queue import open_study, top_up_queue
-    from dqnlab.study.runner import WorkerArgs, worker_loop
-    from dqnlab.study.spec import SweepSpec
-    from dqnlab.study.storage import claims_engine_for, locations, make_storage
-    from dqnlab.tracking.mlflow_runs import MlflowClient, get_or_create_experiment, get_or_create_parent
+    from dqnlab.study.runner import worker_loop
+    from dqnlab.study.storage import claims_engine_for
 
-    spec = SweepSpec("stale", "stale-test", dict(total_env_steps=600, learning_starts=200, batch_size=32, replicas=2,
-                           probe_size=32, hidden_sizes=(16,), eval_every_steps=300, num_workers=1, mode="serial"),
-                           {"utd": [1.0]})  # fmt: skip
-    loc = locations(tmp_path, None, None)
-    storage = make_storage(loc.storage, heartbeat_s=1, grace_s=60)
-    study = open_study(spec, storage)
-    top_up_queue(study, spec)
+    spec, loc, storage, study = _one_point_study(tmp_path, grace_s=60, replicas=2, eval_every_steps=300)
     claims_engine_for(loc.storage, create=True).dispose()
     real_run_trial, stalled = fresh_process.run_trial, []
 
@@ -154,12 +162,10 @@ def _sweep_whose_first_trial_is_failed_as_stale(tmp_path, monkeypatch, interrupt
         return outcome
 
     monkeypatch.setattr(fresh_process, "run_trial", run_then_found_stale)
-    client = MlflowClient(loc.tracking_uri)
-    experiment = get_or_create_experiment(client, spec.sweep, loc.artifacts)
-    parent = get_or_create_parent(client, experiment, spec.study_name, {})
+    args, client = _worker_args(spec, loc)
     raised = None
     try:
-        worker_loop(WorkerArgs(spec, loc, experiment, parent, heartbeat_s=1, grace_s=60, quiet=True, total_points=1))
+        worker_loop(args)
     except BaseException as exc:  # noqa: BLE001 - the test asserts which one
         raised = exc
     assert len(stalled) == 1
