@@ -21,6 +21,10 @@ Declared on 2026-12-07, before its data: the RL Zoo CartPole base again at **100
 (UTD 0.25, target in env steps) was still rising; the same two families, 232 seeds a cell (the 50k rerun as
 the pilot: its primary contrasts need 162-232 a cell for +-25). Its UTD-0.25 and UTD-1 cells may run first
 (the part ``-utd0.25_1``), the UTD-4 cells later; Holm counts the contrasts not run yet as p = 1.
+Declared the same day, before its data: dqnlab's default base at 100,000 env steps (``--preset
+rerun_default_100k``), since at 50,000 its best cell was still moving and the RL Zoo base's UTD 1 minus 0.25
+with the period in updates flipped sign between 50k and 100k; the same families, 217 seeds a cell (its 50k
+rerun as the pilot: 93-217 for +-25), to run after the RL Zoo base's UTD-4 blocks.
 
 Contrasts are unpaired: a seed's runs in two cells share their initial weights and env seeds, but the
 trajectories part at the first update that differs, and no pairing was declared. The noise floor is
@@ -57,11 +61,12 @@ from dqnlab.statistics import bootstrap_ci, bootstrap_difference
 STUDIES = {"replay_ratio-rerun_cartpole": ("CartPole-v1", "RL Zoo base"),
            "replay_ratio-rerun_default": ("CartPole-v1", "dqnlab's default base (finding 1's)"),
            "replay_ratio-rerun_acrobot": ("Acrobot-v1", "RL Zoo base"),
-           "replay_ratio-rerun_cartpole_100k": ("CartPole-v1", "RL Zoo base, 100k env steps")}  # fmt: skip
+           "replay_ratio-rerun_cartpole_100k": ("CartPole-v1", "RL Zoo base, 100k env steps"),
+           "replay_ratio-rerun_default_100k": ("CartPole-v1", "dqnlab's default base, 100k env steps")}  # fmt: skip
 """Each rerun study's env and base."""
-BLOCK_STARTS = sorted({*range(0, 170, 34), *range(0, 232, 29)})
+BLOCK_STARTS = sorted({*range(0, 170, 34), *range(0, 232, 29), *range(0, 217, 31)})
 """The first seeds of the seed blocks a UTD-4 part runs as: Acrobot's 170 seeds in blocks of 34, CartPole's 232
-at 100k env steps in blocks of 29."""
+at 100k env steps (RL Zoo base) in blocks of 29, its 217 (default base) in blocks of 31."""
 PARTS = ("utd0.25_1", "utd1", "utd4", *(f"utd4-seeds{first}" for first in BLOCK_STARTS))
 """A rerun study may run as studies of its own, one per part (``--axis utd=... --study-name <study>-<part>``:
 the same config and seeds per cell; the cheap cells first), read together while the full study is absent.
@@ -73,7 +78,8 @@ data do: Acrobot's UTD 4 (~5 h) runs as one part per block of 34 seeds (``-utd4-
 per block of 29 (``-utd4-seeds0``, ``-seeds29``, ..., ``-seeds203``: 46 min for the first, a block fits beside a
 session's other work)."""
 PLANNED_SEEDS = {"replay_ratio-rerun_cartpole": 110, "replay_ratio-rerun_default": 110,
-                 "replay_ratio-rerun_acrobot": 170, "replay_ratio-rerun_cartpole_100k": 232}  # fmt: skip
+                 "replay_ratio-rerun_acrobot": 170, "replay_ratio-rerun_cartpole_100k": 232,
+                 "replay_ratio-rerun_default_100k": 217}  # fmt: skip
 """Seeds a cell, as the power table asked and the presets run (``sweeps/replay_ratio.py``'s ``RERUNS``; a test
 holds them equal). A cell with fewer so far (its blocks still running, part by part) is listed with its count
 and held out of the contrasts, the noise floor and the figure until its last block is in: no verdict or

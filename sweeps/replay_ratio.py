@@ -86,11 +86,14 @@ RERUNS = {
     "rerun_acrobot": dict(ACROBOT, total_env_steps=100_000, eval_every_steps=5000, replicas=170),
     # declared 2026-12-07 before its data: at 50k env steps the RL Zoo base's best cell was still rising
     "rerun_cartpole_100k": dict(CARTPOLE, total_env_steps=100_000, eval_every_steps=5000, replicas=232),
+    # declared 2026-12-07 before its data: at 50k env steps the default base's best cell was still moving, and
+    # the RL Zoo base's UTD 1 minus 0.25 (target in updates) flipped sign between 50k and 100k
+    "rerun_default_100k": dict(DEFAULT_BASE, total_env_steps=100_000, eval_every_steps=5000, replicas=217),
 }
 """Seeds: CartPole's primary contrasts need 40-110 a cell at +-25 (its power table), Acrobot's 117-170; the
 default base has no pilot at 50k and takes CartPole's largest. The RL Zoo base at 100k env steps takes the
 50k rerun as its pilot: its primary contrasts need 162-232 a cell (``seeds_for_half_width`` of each
-contrast's two cells at +-25), so 232."""
+contrast's two cells at +-25), so 232; the default base at 100k its 50k rerun: 93-217, so 217."""
 
 PRESETS = {
     "cartpole": {"base": CARTPOLE, "grid": GRID, "variants": VARIANTS, "jobs": 2},
